@@ -1,0 +1,178 @@
+"""Switching redirection on and off: ``enable``, ``disable``, ``redirect``.
+
+Activation is process-wide (SPEC §1): the function mode is pushed on the calling thread
+and carried into other threads by :mod:`torchdevice.threads`; the ``torch.load`` /
+``torch.Generator`` wrappers and the ``torch.cuda`` facade are module-level. One lock
+serialises every change, so concurrent ``enable``/``disable`` calls leave a consistent
+state.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torchdevice import facade, mode, patches, threads
+from torchdevice.host import Host, probe_host
+from torchdevice.intercepts import build_table
+from torchdevice.report import MigrationReport, Recorder, configure_logging
+from torchdevice.runtime import Runtime
+from torchdevice.settings import Settings, load_settings
+
+__all__ = [
+    "current_runtime",
+    "disable",
+    "enable",
+    "is_enabled",
+    "redirect",
+    "report",
+    "reset_report",
+    "set_cpu_override",
+]
+
+_lock = threading.RLock()
+_recorder = Recorder()
+_runtime: Runtime | None = None
+_mode: mode.DeviceMode | None = None
+_options: dict[str, Any] = {}
+
+
+def _resolve_host(setting: Host | str | None) -> Host:
+    if isinstance(setting, Host):
+        return setting
+    if setting == "cpu":
+        return Host.cpu()
+    if setting == "mps":
+        return Host.mps()
+    if setting == "cuda":
+        real = probe_host()
+        return real if real.kind == "cuda" else Host.cuda(1)
+    return probe_host()
+
+
+def current_runtime() -> Runtime | None:
+    """The active runtime, or ``None`` while disabled."""
+    return _runtime
+
+
+def _enter_current_thread() -> None:
+    active = _mode
+    if active is not None:
+        mode.push(active)
+
+
+def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
+    """Make ``runtime`` current, installing everything if redirection was off."""
+    global _runtime, _mode, _options
+    table = build_table(runtime.host)
+    if _mode is None:
+        new_mode = mode.DeviceMode(runtime, table)
+        _runtime, _mode, _options = runtime, new_mode, options
+        mode.push(new_mode)
+        threads.install(_enter_current_thread)
+        patches.install(current_runtime)
+        if runtime.host.kind != "cuda":
+            facade.install(current_runtime)
+        return
+    _runtime, _options = runtime, options
+    _mode.runtime = runtime
+    _mode.table = table
+    mode.push(_mode)
+    if runtime.host.kind != "cuda":
+        facade.install(current_runtime)
+    else:
+        facade.uninstall()
+
+
+def _configure(settings: Settings, options: dict[str, Any]) -> None:
+    explicit = "log_level" in options or bool(os.environ.get("TORCHDEVICE_LOG_LEVEL"))
+    configure_logging(settings.log_level, explicit)
+
+
+def enable(**options: Any) -> None:
+    """Redirect every device request in this process through the policy (SPEC §1).
+
+    Idempotent: enabling twice with the same options changes nothing; enabling with other
+    options reconfigures the running activation. Options are the fields of
+    :class:`~torchdevice.settings.Settings` (``keep_cpu``, ``cpu_override``, ``host``,
+    ``log_level``, ``report_path``); each overrides its environment variable.
+    """
+    with _lock:
+        if _runtime is not None and options == _options:
+            mode.push(_mode)  # type: ignore[arg-type]
+            return
+        settings = load_settings(options)
+        host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
+        _configure(settings, options)
+        _activate(Runtime(host, settings, _recorder), dict(options))
+
+
+def disable() -> None:
+    """Stop redirecting and restore torch exactly as it was (SPEC §1). Idempotent."""
+    global _runtime, _mode, _options
+    with _lock:
+        if _mode is None:
+            return
+        active = _mode
+        facade.uninstall()
+        patches.uninstall()
+        threads.uninstall()
+        mode.remove(active)
+        active.retire()
+        _runtime, _mode, _options = None, None, {}
+
+
+def is_enabled() -> bool:
+    """Whether redirection is on."""
+    return _runtime is not None
+
+
+@contextmanager
+def redirect(**options: Any) -> Iterator[Runtime]:
+    """Redirect inside a ``with`` block; nests; the previous state returns on exit.
+
+    Options add to those of an enclosing ``redirect``/``enable``. The scope is in time,
+    not per thread: while the block runs, every covered thread is redirected.
+    """
+    with _lock:
+        saved = (_runtime, _options)
+        merged = {**_options, **options}
+        enable(**merged)
+        runtime = _runtime
+    assert runtime is not None
+    try:
+        yield runtime
+    finally:
+        with _lock:
+            previous, previous_options = saved
+            if previous is None:
+                disable()
+            elif previous is not _runtime:
+                _activate(previous, previous_options)
+
+
+def set_cpu_override(on: bool) -> None:
+    """Turn the ``cpu:-1`` CPU override on or off from code (SPEC §2)."""
+    with _lock:
+        if _runtime is None:
+            raise RuntimeError(
+                "torchdevice is not enabled: call torchdevice.enable() before set_cpu_override()"
+            )
+        _runtime.set_cpu_override(on)
+
+
+def report() -> MigrationReport:
+    """The migration report of this process so far (all activations)."""
+    rt = _runtime
+    if rt is not None:
+        return rt.report()
+    host = probe_host()
+    return _recorder.report(f"{host.kind} host, {host.device_name()}")
+
+
+def reset_report() -> None:
+    """Start a new migration report."""
+    _recorder.clear()

@@ -1,0 +1,273 @@
+"""The table of device-taking torch functions, and how each one's device is rewritten.
+
+The function mode looks a function up here and nothing else: a function missing from the
+table leaves through the fast path untouched. Each handler receives the current
+:class:`~torchdevice.runtime.Runtime`, the function and its arguments, and calls the
+function with the device the policy decided.
+
+Deliberately left out (as ``torch/utils/_device.py`` does):
+
+* ``torch.normal`` and ``torch.*_like`` without a device: they follow their inputs.
+* ``torch.load`` and ``torch.Generator``: they never reach a function mode, so
+  :mod:`torchdevice.patches` wraps them instead.
+* ``torch.set_default_device``: not overridable; the ``DeviceContext`` mode it installs
+  passes its device to factories, where this table rewrites it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from torchdevice.host import Host
+from torchdevice.policy import Decision
+from torchdevice.runtime import Runtime
+
+__all__ = ["Handler", "build_table"]
+
+Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+
+
+def _is_device_arg(value: object) -> bool:
+    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor)."""
+    return isinstance(value, (str, torch.device)) or (
+        isinstance(value, int) and not isinstance(value, bool)
+    )
+
+
+_API_NAMES = {"_parse_to": "Module.to", "device": "torch.device"}
+
+
+def _api_name(func: Callable[..., Any]) -> str:
+    """How the report names ``func``: ``torch.zeros``, ``Tensor.to``, ``Module.to``."""
+    name = getattr(func, "__name__", None) or repr(func)
+    if name in _API_NAMES:
+        return _API_NAMES[name]
+    qualname = getattr(func, "__qualname__", name)
+    if qualname.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + name
+    return f"torch.{name}"
+
+
+def _decided(rt: Runtime, decision: Decision, func: Callable[..., Any]) -> torch.device:
+    """The device to use for ``decision``; notes it in the report when it moved."""
+    if decision.moved:
+        rt.note(decision, _api_name(func))
+    elif decision.action == "override":
+        rt.note(decision, _api_name(func), kind="override")
+    return rt.torch_device(decision.device)
+
+
+def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
+    """Drop ``pin_memory=True`` where pinning is impossible (no CUDA, or not a CPU tensor)."""
+    if kwargs.get("pin_memory") and (
+        not rt.can_pin or (device is not None and device.type != "cpu")
+    ):
+        kwargs["pin_memory"] = False
+
+
+# -- handlers ---------------------------------------------------------------------------
+def factory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """A constructor (``torch.zeros``...): rewrite ``device=``; place device-less calls."""
+    request = kwargs.get("device")
+    if request is None:
+        default = rt.default_device
+        if default is None and not kwargs.get("pin_memory"):
+            return func(*args, **kwargs)
+        kwargs = dict(kwargs)
+        generator = kwargs.get("generator")
+        if default is not None:
+            # A CPU generator only draws CPU tensors: follow the generator, as
+            # set_default_device users learn the hard way (DataLoader's randperm).
+            kwargs["device"] = generator.device if generator is not None else default
+        _drop_pin(rt, kwargs.get("device"), kwargs)
+        return func(*args, **kwargs)
+    decision = rt.decide(request)
+    kwargs = dict(kwargs)
+    kwargs["device"] = device = _decided(rt, decision, func)
+    _drop_pin(rt, device, kwargs)
+    return func(*args, **kwargs)
+
+
+def explicit_factory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten."""
+    request = kwargs.get("device")
+    if request is None:
+        return func(*args, **kwargs)
+    decision = rt.decide(request)
+    kwargs = dict(kwargs)
+    kwargs["device"] = device = _decided(rt, decision, func)
+    _drop_pin(rt, device, kwargs)
+    return func(*args, **kwargs)
+
+
+def _rewrite_to_args(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], first: int
+) -> tuple[tuple[Any, ...], dict[str, Any], Decision | None]:
+    """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``."""
+    if "device" in kwargs:
+        request = kwargs["device"]
+        if request is None:
+            return args, kwargs, None
+        decision = rt.decide(request)
+        kwargs = dict(kwargs)
+        kwargs["device"] = _decided(rt, decision, func)
+        return args, kwargs, decision
+    if len(args) > first and _is_device_arg(args[first]):
+        decision = rt.decide(args[first])
+        device = _decided(rt, decision, func)
+        return (*args[:first], device, *args[first + 1 :]), kwargs, decision
+    return args, kwargs, None
+
+
+def tensor_to(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``Tensor.to``: rewrite the device; a redirected move never aliases its source.
+
+    Native ``t.to("cuda")`` on a CPU tensor copies, so code may mutate the result freely;
+    when the redirect lands on the tensor's own device, ``.to`` would return ``self``,
+    so the result is cloned instead.
+    """
+    args, kwargs, decision = _rewrite_to_args(rt, func, args, kwargs, 1)
+    result = func(*args, **kwargs)
+    if decision is not None and decision.moved and result is args[0]:
+        return result.clone()
+    return result
+
+
+def parse_to(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``torch._C._nn._parse_to``: how ``Module.to`` reads its arguments."""
+    args, kwargs, _ = _rewrite_to_args(rt, func, args, kwargs, 0)
+    return func(*args, **kwargs)
+
+
+def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: object,
+          non_blocking: bool, memory_format: torch.memory_format) -> Any:  # fmt: skip
+    decision = rt.decide(request)
+    if decision.action == "unchanged":
+        return None
+    device = _decided(rt, decision, func)
+    result = tensor.to(device, non_blocking=non_blocking, memory_format=memory_format)
+    if result is tensor and decision.moved:
+        result = result.clone()
+    return result
+
+
+def tensor_cuda(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``Tensor.cuda(device=None, non_blocking=False, memory_format=...)``."""
+    tensor, *rest = args
+    device = rest[0] if rest else kwargs.get("device")
+    request: object = "cuda" if device is None else device
+    if (isinstance(request, str) and not request.startswith("cuda")) or (
+        isinstance(request, torch.device) and request.type != "cuda"
+    ):
+        return func(*args, **kwargs)  # torch rejects .cuda("cpu"); let it say so
+    non_blocking = rest[1] if len(rest) > 1 else kwargs.get("non_blocking", False)
+    memory_format = kwargs.get("memory_format", torch.preserve_format)
+    result = _move(rt, func, tensor, request, non_blocking, memory_format)
+    return func(*args, **kwargs) if result is None else result
+
+
+def tensor_cpu(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``Tensor.cpu(memory_format=...)``: a CPU request like any other."""
+    memory_format = kwargs.get("memory_format", torch.preserve_format)
+    result = _move(rt, func, args[0], "cpu", False, memory_format)
+    return func(*args, **kwargs) if result is None else result
+
+
+def tensor_type(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``Tensor.type("torch.cuda.FloatTensor")``: the dtype natively, the device redirected."""
+    dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+    if not (isinstance(dtype, str) and dtype.startswith("torch.cuda.")):
+        return func(*args, **kwargs)
+    decision = rt.decide("cuda")
+    if decision.action == "unchanged":
+        return func(*args, **kwargs)
+    tensor = args[0]
+    non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+    cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
+    result = cast.to(_decided(rt, decision, func), non_blocking=non_blocking)
+    return result.clone() if result is tensor else result
+
+
+def device_ctor(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``torch.device(...)`` itself: answers the decided device; accepts ``"cpu:-1"``.
+
+    Returning the decided device keeps user code consistent: ``x.device == device`` and
+    ``device.type == "cuda"`` branches see the device tensors really live on.
+    """
+    request: object
+    if kwargs or len(args) not in (1, 2):
+        return func(*args, **kwargs)
+    if len(args) == 2:
+        type_, index = args
+        if not (isinstance(type_, str) and ":" not in type_ and isinstance(index, int)):
+            return func(*args, **kwargs)
+        if index < 0:  # torch.device("cpu", -1) is torch's "no index"
+            request = type_
+        else:
+            request = f"{type_}:{index}"
+    else:
+        request = args[0]
+        if isinstance(request, torch.device) and request.type not in ("cpu", "cuda", "mps"):
+            return request
+    decision = rt.decide(request)
+    if decision.action == "unchanged" and isinstance(request, torch.device):
+        return request
+    return _decided(rt, decision, func)
+
+
+def tensor_numpy(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``Tensor.numpy()`` reads the host copy of an accelerator tensor (SPEC §2)."""
+    tensor = args[0]
+    if tensor.device.type == "cpu":
+        return func(*args, **kwargs)
+    return func(tensor.cpu(), *args[1:], **kwargs)
+
+
+def pin_memory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+    """``Tensor.pin_memory()`` without CUDA: an unpinned copy, as the pinned one would be."""
+    tensor = args[0]
+    if rt.can_pin or tensor.device.type != "cpu":
+        return func(*args, **kwargs)
+    return tensor.clone()
+
+
+_EXPLICIT_FACTORIES = (
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+    "randint_like",
+)  # fmt: skip
+_NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
+                "new_tensor")  # fmt: skip
+
+
+def _factories() -> set[Callable[..., Any]]:
+    """The constructors ``torch/utils/_device.py`` redirects, built lazily like there."""
+    from torch.utils._device import _device_constructors  # noqa: PLC0415
+
+    return set(_device_constructors())
+
+
+def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
+    """Every intercepted function for ``host``, mapped to its handler.
+
+    Host-dependent entries are left out where they cannot matter (``.numpy()`` of a tensor
+    on the CPU needs no help), so the mode's fast path stays a single dict miss.
+    """
+    table: dict[Callable[..., Any], Handler] = dict.fromkeys(_factories(), factory)
+    for name in _EXPLICIT_FACTORIES:
+        table[getattr(torch, name)] = explicit_factory
+    for name in _NEW_METHODS:
+        table[getattr(torch.Tensor, name)] = explicit_factory
+    table[torch.Tensor.to] = tensor_to
+    table[torch._C._nn._parse_to] = parse_to
+    table[torch.Tensor.cuda] = tensor_cuda
+    table[torch.Tensor.cpu] = tensor_cpu
+    table[torch.Tensor.type] = tensor_type
+    table[torch.device] = device_ctor
+    if host.kind != "cuda":
+        table[torch.Tensor.pin_memory] = pin_memory
+    if host.accelerator is not None:
+        table[torch.Tensor.numpy] = tensor_numpy
+    return table

@@ -1,0 +1,87 @@
+"""The ``TorchFunctionMode`` that sends every device argument through the policy.
+
+Invariants (enforced by :func:`push` and :func:`remove`):
+
+* at most one :class:`DeviceMode` per activation sits on a thread's function-mode stack;
+* the mode holds no state that changes per call: the table and the runtime are replaced
+  whole on reconfiguration, so ``torch.compile`` guards on them see one value per
+  activation.
+
+The fast path is one dict lookup: a function missing from the table is called as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
+
+from torchdevice.intercepts import Handler
+from torchdevice.runtime import Runtime
+
+__all__ = ["DeviceMode", "is_on_stack", "push", "remove"]
+
+_EMPTY: Mapping[Callable[..., Any], Handler] = {}
+
+
+class DeviceMode(TorchFunctionMode):
+    """Rewrites the device of every call in its table; passes everything else through."""
+
+    def __init__(self, runtime: Runtime, table: Mapping[Callable[..., Any], Handler]) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.table = table
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        handler = self.table.get(func)
+        if handler is None:
+            if kwargs:
+                return func(*args, **kwargs)
+            return func(*args)
+        return handler(self.runtime, func, args, kwargs or {})
+
+    def retire(self) -> None:
+        """Make the mode a pass-through in every thread where it is still stacked.
+
+        Threads keep their own mode stacks; ``disable()`` can only pop the calling
+        thread's, so the others' copies go inert instead.
+        """
+        self.table = _EMPTY
+
+
+def is_on_stack(mode: DeviceMode) -> bool:
+    """Whether ``mode`` is on the calling thread's function-mode stack (by identity)."""
+    return any(entry is mode for entry in _get_current_function_mode_stack())
+
+
+def push(mode: DeviceMode) -> bool:
+    """Push ``mode`` on the calling thread's stack unless it is there already."""
+    if is_on_stack(mode):
+        return False
+    mode.__enter__()
+    return True
+
+
+def remove(mode: DeviceMode) -> bool:
+    """Take ``mode`` off the calling thread's stack wherever it sits.
+
+    Modes entered after it (a ``with`` block still open) are put back in their order.
+    """
+    if not is_on_stack(mode):
+        return False
+    above = []
+    while True:
+        top = _pop_mode()
+        if top is mode:
+            break
+        above.append(top)
+    for entry in reversed(above):
+        entry.__enter__()
+    return True

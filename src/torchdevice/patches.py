@@ -1,0 +1,130 @@
+"""Wrappers for the device-taking calls that never reach a function mode.
+
+``torch.load`` does its device work in Python below the function-mode layer (restore
+locations), and ``torch.Generator`` is a C type whose constructor is not overridable. Both
+are replaced on enable and put back exactly on disable. Code that bound them before
+enabling (``from torch import load``) keeps the originals: a documented limit.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.serialization
+
+from torchdevice.runtime import Runtime
+
+__all__ = ["install", "installed", "uninstall"]
+
+RuntimeGetter = Callable[[], "Runtime | None"]
+
+_ORIGINAL_LOAD = torch.load
+_ORIGINAL_GENERATOR = torch.Generator
+_get_runtime: RuntimeGetter = lambda: None  # noqa: E731 - replaced by install()
+
+
+def _restore(rt: Runtime, storage: Any, location: str) -> Any:
+    """Restore one storage saved at ``location`` to the device the policy picks for it."""
+    decision = rt.decide(location)
+    if decision.moved:
+        rt.note(decision, "torch.load")
+    device = rt.torch_device(decision.device)
+    if device.type == "cpu":
+        return storage
+    return torch.serialization.default_restore_location(storage, str(device))
+
+
+def _map_location(rt: Runtime, map_location: Any) -> Any:
+    """Translate any form of ``map_location`` into one that only names real devices."""
+    if map_location is None:
+        return lambda storage, location: _restore(rt, storage, location)
+    if isinstance(map_location, (str, torch.device, int)) and not isinstance(map_location, bool):
+        decision = rt.decide(map_location)
+        if decision.moved or decision.action == "override":
+            rt.note(decision, "torch.load")
+        return rt.torch_device(decision.device)
+    if isinstance(map_location, dict):
+        table = {str(k): v for k, v in map_location.items()}
+
+        def mapped(storage: Any, location: str) -> Any:
+            target = table.get(location, location)
+            return _restore(rt, storage, str(target))
+
+        return mapped
+    if callable(map_location):
+        user = map_location
+
+        def wrapped(storage: Any, location: str) -> Any:
+            result = user(storage, location)
+            return _restore(rt, storage, location) if result is None else result
+
+        return wrapped
+    return map_location  # let torch.load reject it
+
+
+@functools.wraps(_ORIGINAL_LOAD)
+def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """``torch.load`` with ``map_location`` sent through the policy."""
+    rt = _get_runtime()
+    if rt is not None:
+        map_location = _map_location(rt, map_location)
+    return _ORIGINAL_LOAD(f, map_location, *args, **kwargs)
+
+
+class _GeneratorMeta(type(_ORIGINAL_GENERATOR)):  # type: ignore[misc]
+    """Keeps ``isinstance(g, torch.Generator)`` true for every real generator."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, _ORIGINAL_GENERATOR)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, _ORIGINAL_GENERATOR)
+
+
+class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):  # type: ignore[misc]
+    """``torch.Generator`` whose ``device=`` goes through the policy.
+
+    Returns a genuine ``torch._C.Generator``; this class only exists while enabled. A
+    generator made without a device stays on the CPU, as natively: factories follow
+    their generator's device.
+    """
+
+    def __new__(cls, device: Any = "cpu") -> Any:  # noqa: D102
+        rt = _get_runtime()
+        if rt is None:
+            return _ORIGINAL_GENERATOR(device)
+        decision = rt.decide(device)
+        if decision.moved or decision.action == "override":
+            rt.note(decision, "torch.Generator")
+        return _ORIGINAL_GENERATOR(device=rt.torch_device(decision.device))
+
+
+_REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
+    (torch, "load", _ORIGINAL_LOAD, load),
+    (torch.serialization, "load", _ORIGINAL_LOAD, load),
+    (torch, "Generator", _ORIGINAL_GENERATOR, Generator),
+)
+
+
+def install(get_runtime: RuntimeGetter) -> None:
+    """Put the wrappers in place; they ask ``get_runtime`` for the current activation."""
+    global _get_runtime
+    _get_runtime = get_runtime
+    for owner, name, _original, replacement in _REPLACEMENTS:
+        setattr(owner, name, replacement)
+
+
+def uninstall() -> None:
+    """Put the originals back (exactly the objects that were there)."""
+    global _get_runtime
+    for owner, name, original, _replacement in _REPLACEMENTS:
+        setattr(owner, name, original)
+    _get_runtime = lambda: None  # noqa: E731
+
+
+def installed() -> bool:
+    """Whether the wrappers are in place."""
+    return torch.load is load

@@ -1,0 +1,237 @@
+"""The redirection policy: a pure function from a device request to a decision.
+
+``decide(request, host, state)`` reads no torch state and does no I/O: given the same
+request, host and state it always returns the same :class:`Decision`, so the modes can
+cache it and the tests can sweep every cell of the table in SPEC §2 on any machine. The
+modes only *apply* decisions; the ``cpu:-1`` toggle is returned as a flag on the decision
+and applied by the caller, which keeps this module free of mutable state.
+
+The table (rows: request, columns: host)::
+
+    request            MPS host          CUDA host               CPU-only host
+    none (factories)   mps:0             cuda (current)          cpu:0
+    "cpu", "cpu:n"     mps:0             cuda (current)          cpu:0
+    "cpu:-1"           cpu:0, toggles the CPU override, on every host
+    "mps", "mps:n"     mps:0             cuda (current)          cpu:0
+    "cuda", "cuda:n"   mps:0             unchanged, index kept   cpu:0
+
+While the CPU override is on (or with ``keep_cpu``), explicit CPU requests stay on the CPU.
+Device types the table does not govern (``meta``, ``xla``, ...) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from torchdevice.errors import DeviceRequestError, DeviceRequestTypeError
+from torchdevice.host import Host
+
+__all__ = [
+    "Action",
+    "Decision",
+    "DeviceLike",
+    "DeviceSpec",
+    "PolicyState",
+    "decide",
+    "parse_request",
+]
+
+#: Device types ``torch.device`` accepts (torch 2.13's list, in its order).
+TORCH_DEVICE_TYPES = frozenset(
+    {
+        "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",
+        "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
+        "privateuseone",
+    }
+)  # fmt: skip
+#: Device types the redirection table governs; every other type passes through.
+GOVERNED_TYPES = frozenset({"cpu", "cuda", "mps"})
+
+_DEVICE_STRING = re.compile(r"(?P<type>[a-zA-Z_][a-zA-Z0-9_]*)(?::(?P<index>0|-1|[1-9][0-9]*))?")
+
+Action = Literal["unchanged", "redirect", "fallback", "default", "override"]
+
+
+@runtime_checkable
+class DeviceLike(Protocol):
+    """Anything shaped like ``torch.device``: the policy never imports torch."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def index(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """A device as the policy reasons about it: a type and an optional index."""
+
+    type: str
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What, besides the request and the host, a decision depends on.
+
+    ``cpu_override`` is the state the ``cpu:-1`` request toggles; ``keep_cpu`` is the
+    option that keeps every explicit CPU request on the CPU.
+    """
+
+    cpu_override: bool = False
+    keep_cpu: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a request goes, and why.
+
+    ``requested`` is the parsed request (``None`` for a factory called without a device);
+    ``toggle_override`` asks the caller to flip :attr:`PolicyState.cpu_override`.
+    """
+
+    device: DeviceSpec
+    requested: DeviceSpec | None
+    action: Action
+    reason: str
+    toggle_override: bool = False
+
+    @property
+    def moved(self) -> bool:
+        """True when the device differs from what the code asked for (worth a log line)."""
+        return self.action in ("redirect", "fallback")
+
+
+_CPU = DeviceSpec("cpu", 0)
+_MPS = DeviceSpec("mps", 0)
+_CUDA_CURRENT = DeviceSpec("cuda", None)
+
+
+def parse_request(request: object, extra_types: frozenset[str] = frozenset()) -> DeviceSpec | None:
+    """Parse a device request the way ``torch.device`` would, plus ``"cpu:-1"``.
+
+    ``None`` means no device was given. An ``int`` is a CUDA index, as PyTorch reads it.
+    ``extra_types`` admits backend names registered at run time (a renamed PrivateUse1).
+    Raises :class:`DeviceRequestError` (a ``RuntimeError``) for what torch rejects with a
+    ``RuntimeError`` and :class:`DeviceRequestTypeError` (a ``TypeError``) for wrong types.
+    """
+    if request is None:
+        return None
+    if isinstance(request, str):
+        return _parse_string(request, extra_types)
+    if isinstance(request, bool):  # bool is an int, but torch.device(True) is a TypeError
+        raise DeviceRequestTypeError(
+            f"device request {request!r} is a bool; expected a device string, torch.device or int",
+            request,
+        )
+    if isinstance(request, int):
+        if request < 0:
+            raise DeviceRequestError(
+                f"Device index must not be negative (device request {request!r})", request
+            )
+        return DeviceSpec("cuda", request)
+    if isinstance(request, DeviceLike):
+        device_type, index = request.type, request.index
+        if device_type in ("cpu", "mps") and index is None:
+            index = 0
+        return DeviceSpec(device_type, index)
+    raise DeviceRequestTypeError(
+        f"device request {request!r} of type {type(request).__name__} is not a device; "
+        "expected a device string ('cuda', 'cuda:1', 'mps', 'cpu'), a torch.device or an int",
+        request,
+    )
+
+
+def _parse_string(request: str, extra_types: frozenset[str]) -> DeviceSpec:
+    if not request:
+        raise DeviceRequestError("Device string must not be empty", request)
+    match = _DEVICE_STRING.fullmatch(request)
+    if match is None:
+        raise DeviceRequestError(f"Invalid device string: {request!r}", request)
+    device_type = match["type"]
+    if device_type not in TORCH_DEVICE_TYPES and device_type not in extra_types:
+        known = ", ".join(sorted(TORCH_DEVICE_TYPES | extra_types))
+        raise DeviceRequestError(
+            f"Expected one of {known} device type at start of device string: {request}",
+            request,
+        )
+    raw_index = match["index"]
+    index = None if raw_index is None else int(raw_index)
+    if index == -1 and device_type != "cpu":
+        # Only "cpu:-1" has a meaning (the override); torch rejects every other -1.
+        raise DeviceRequestError(f"Invalid device string: {request!r}", request)
+    if device_type in ("cpu", "mps") and index is None:
+        index = 0
+    return DeviceSpec(device_type, index)
+
+
+def decide(
+    request: object,
+    host: Host,
+    state: PolicyState = PolicyState(),  # noqa: B008 - frozen, so a shared default is safe
+    extra_types: frozenset[str] = frozenset(),
+) -> Decision:
+    """Decide where ``request`` goes on ``host`` given ``state``.
+
+    Pure: no torch, no I/O, no mutation. Raises the errors of :func:`parse_request`, and
+    :class:`DeviceRequestError` for an MPS index other than 0 or a CUDA index past the
+    host's device count (torch's "invalid device ordinal").
+    """
+    spec = parse_request(request, extra_types)
+    accelerator = host.accelerator
+
+    if spec is None:
+        if accelerator is None:
+            return Decision(_CPU, None, "default", "no accelerator on this host: CPU")
+        target = _MPS if accelerator == "mps" else _CUDA_CURRENT
+        return Decision(target, None, "default", f"factories default to {accelerator} on this host")
+
+    if spec.type not in GOVERNED_TYPES:
+        return Decision(spec, spec, "unchanged", f"{spec.type!r} is not governed by the policy")
+
+    if spec.type == "cpu":
+        if spec.index == -1:
+            return Decision(
+                _CPU, spec, "override", "'cpu:-1' requests a real CPU and toggles the CPU override",
+                toggle_override=True,
+            )  # fmt: skip
+        if accelerator is None:
+            return Decision(_CPU, spec, "unchanged", "CPU-only host")
+        if state.cpu_override:
+            return Decision(_CPU, spec, "unchanged", "CPU override is on ('cpu:-1')")
+        if state.keep_cpu:
+            return Decision(_CPU, spec, "unchanged", "keep_cpu: explicit CPU requests stay")
+        target = _MPS if accelerator == "mps" else _CUDA_CURRENT
+        return Decision(target, spec, "redirect", f"CPU request sent to the {accelerator} device")
+
+    if spec.type == "mps":
+        if spec.index not in (None, 0):
+            raise DeviceRequestError(
+                f"Invalid device index {spec.index} for 'mps': MPS has a single device "
+                f"(device request {request!r})",
+                request,
+            )
+        if accelerator == "mps":
+            return Decision(_MPS, spec, "unchanged", "MPS host")
+        if accelerator == "cuda":
+            return Decision(_CUDA_CURRENT, spec, "redirect", "MPS request sent to CUDA")
+        return Decision(_CPU, spec, "fallback", "MPS request on a CPU-only host: CPU")
+
+    # spec.type == "cuda"
+    if accelerator == "cuda":
+        if spec.index is not None and spec.index >= host.cuda_device_count:
+            raise DeviceRequestError(
+                f"CUDA error: invalid device ordinal: device request {request!r} names index "
+                f"{spec.index}, but this host has {host.cuda_device_count} CUDA device(s)",
+                request,
+            )
+        return Decision(spec, spec, "unchanged", "CUDA host")
+    if accelerator == "mps":
+        return Decision(_MPS, spec, "redirect", "CUDA request sent to MPS (every cuda:n is mps:0)")
+    return Decision(_CPU, spec, "fallback", "CUDA request on a CPU-only host: CPU")

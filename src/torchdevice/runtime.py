@@ -1,0 +1,120 @@
+"""The state of one activation: host, settings, policy state, decision cache, recorder.
+
+The modes and wrappers hold a reference to the current :class:`Runtime` and ask it for
+decisions. It caches the pure policy's answers per request (so a redirected factory costs a
+dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
+``torch.device`` objects once, and records redirects against the user's call site.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from types import CodeType, FrameType
+
+import torch
+
+from torchdevice import callsite
+from torchdevice.callsite import CallSite
+from torchdevice.host import Host
+from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide
+from torchdevice.report import EventKind, MigrationReport, Recorder
+from torchdevice.settings import Settings
+
+__all__ = ["Runtime"]
+
+_is_compiling = torch.compiler.is_compiling
+
+
+class Runtime:
+    """One activation's state; shared by every thread the activation covers."""
+
+    def __init__(self, host: Host, settings: Settings, recorder: Recorder | None = None) -> None:
+        self.host = host
+        self.settings = settings
+        self.recorder = recorder if recorder is not None else Recorder()
+        self._state = PolicyState(cpu_override=settings.cpu_override, keep_cpu=settings.keep_cpu)
+        self._lock = threading.Lock()
+        self._decisions: dict[tuple[type, object], Decision] = {}
+        self._devices: dict[DeviceSpec, torch.device] = {}
+        self._sites: dict[tuple[CodeType, int], CallSite] = {}
+        accelerator = host.accelerator
+        #: Where factories called without a device go; ``None`` leaves them alone.
+        self.default_device: torch.device | None = (
+            None if accelerator is None else self.torch_device(decide(None, host).device)
+        )
+        #: Whether pinned host memory means anything here (only CUDA pins).
+        self.can_pin = host.kind == "cuda"
+
+    # -- decisions ---------------------------------------------------------------------
+    @property
+    def state(self) -> PolicyState:
+        """The current policy state (changes when ``cpu:-1`` toggles the override)."""
+        return self._state
+
+    def set_cpu_override(self, on: bool) -> None:
+        """Turn the CPU override on or off (what ``cpu:-1`` toggles)."""
+        with self._lock:
+            if self._state.cpu_override != on:
+                self._state = PolicyState(cpu_override=on, keep_cpu=self._state.keep_cpu)
+                self._decisions = {}
+
+    def decide(self, request: object) -> Decision:
+        """The policy's decision for ``request``, cached; applies the ``cpu:-1`` toggle."""
+        key = (type(request), request)
+        try:
+            decision = self._decisions.get(key)
+        except TypeError:  # unhashable request: let the policy raise its TypeError
+            decision = None
+        if decision is None:
+            decision = decide(request, self.host, self._state)
+            if decision.toggle_override:
+                self.set_cpu_override(not self._state.cpu_override)
+                return decision
+            try:
+                self._decisions[key] = decision
+            except TypeError:
+                pass
+        return decision
+
+    def torch_device(self, spec: DeviceSpec) -> torch.device:
+        """``spec`` as a ``torch.device`` (built once per spec).
+
+        The CPU is ``torch.device("cpu")`` without an index: that is what CPU tensors
+        report as their device, and what ``torch.load`` restore locations understand.
+        """
+        device = self._devices.get(spec)
+        if device is None:
+            if spec.index is None or spec.type == "cpu":
+                device = torch.device(spec.type)
+            else:
+                device = torch.device(spec.type, spec.index)
+            self._devices[spec] = device
+        return device
+
+    # -- recording ---------------------------------------------------------------------
+    def note(self, decision: Decision, api: str, kind: EventKind = "redirect") -> None:
+        """Record a redirect at the user's call site (skipped while dynamo traces).
+
+        Walks up past torchdevice's, torch's and contextlib's frames (a cached dict lookup
+        per frame) to the first line of user code.
+        """
+        if _is_compiling():
+            return
+        frame: FrameType | None = sys._getframe(2)
+        internal = callsite.is_internal
+        while frame is not None and internal(frame.f_code):
+            frame = frame.f_back
+        if frame is None:
+            site = callsite.site_of(None)
+        else:
+            key = (frame.f_code, frame.f_lineno)
+            site = self._sites.get(key)
+            if site is None:
+                site = self._sites[key] = callsite.site_of(frame)
+        requested = "none" if decision.requested is None else str(decision.requested)
+        self.recorder.record(site, kind, api, requested, str(decision.device), decision.reason)
+
+    def report(self) -> MigrationReport:
+        """The migration report of this activation so far."""
+        return self.recorder.report(f"{self.host.kind} host, {self.host.device_name()}")

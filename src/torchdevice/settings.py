@@ -1,0 +1,103 @@
+"""Settings: one pydantic model, filled from arguments, then the environment, then defaults.
+
+Precedence is argument > environment > default. Every value is validated where it enters,
+and an invalid one raises :class:`~torchdevice.errors.SettingsError` naming its source
+(``invalid TORCHDEVICE_LOG_LEVEL='LOUD' from the environment``), as pytest-timeout does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from torchdevice.errors import SettingsError
+from torchdevice.host import Host
+
+__all__ = ["ENV_VARS", "LogLevel", "Settings", "activation_requested", "load_settings"]
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+#: Environment variable -> settings field it fills (variables that only switch torchdevice
+#: on at import are read by :func:`activation_requested`).
+ENV_VARS: Mapping[str, str] = {
+    "TORCHDEVICE_LOG_LEVEL": "log_level",
+    "TORCHDEVICE_KEEP_CPU": "keep_cpu",
+    "TORCHDEVICE_HOST": "host",
+    "TORCHDEVICE_REPORT": "report_path",
+}
+
+
+class Settings(BaseModel):
+    """Everything an activation can be configured with.
+
+    ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``) or takes a
+    :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    log_level: LogLevel = Field(
+        "WARNING", description="Level of the 'torchdevice' logger; redirects log at INFO."
+    )
+    keep_cpu: bool = Field(False, description="Explicit 'cpu' requests stay on the CPU.")
+    cpu_override: bool = Field(False, description="Start with the 'cpu:-1' override on.")
+    host: Host | Literal["cpu", "mps", "cuda"] | None = Field(
+        None, description="Force the host instead of probing it (tests, dry runs)."
+    )
+    report_path: Path | None = Field(
+        None, description="Where the launcher writes the migration report (JSON if .json)."
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+
+def load_settings(
+    options: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Build :class:`Settings` from ``options`` (arguments) over ``environ`` over defaults."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for variable, name in ENV_VARS.items():
+        raw = environ.get(variable)
+        if raw is not None and raw != "":
+            values[name] = raw
+            sources[name] = f"{variable}={raw!r} from the environment"
+    for name, value in (options or {}).items():
+        if name not in Settings.model_fields:
+            known = ", ".join(sorted(Settings.model_fields))
+            raise TypeError(f"unknown torchdevice option {name!r}; known options: {known}")
+        values[name] = value
+        sources[name] = f"{name}={value!r} passed as an argument"
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        where = sources.get(name, f"{name}")
+        raise SettingsError(f"invalid {where}: {error['msg']}") from None
+
+
+def activation_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment asks for redirection from import on (SPEC §6).
+
+    ``ACTIVATE_TORCH_DEVICE=1`` or ``TORCH_ALLOW_REDIRECTS=true`` (any case) enable it;
+    ``ACTIVATE_TORCH_DEVICE`` set to anything but ``0``/``1``/empty is an error naming it,
+    while ``TORCH_ALLOW_REDIRECTS`` with any other value simply leaves torchdevice off.
+    """
+    environ = os.environ if environ is None else environ
+    activate = environ.get("ACTIVATE_TORCH_DEVICE", "").strip()
+    if activate not in ("", "0", "1"):
+        raise SettingsError(
+            f"invalid ACTIVATE_TORCH_DEVICE={activate!r} from the environment: expected '1' "
+            "to enable torchdevice at import, or '0'/unset to leave it off"
+        )
+    allow = environ.get("TORCH_ALLOW_REDIRECTS", "").strip().lower() == "true"
+    return activate == "1" or allow
