@@ -1,0 +1,58 @@
+"""Developer tasks. ``nox`` runs the default sessions; ``nox -s NAME -- ARGS`` passes ARGS on.
+
+Every session installs the CPU build of torch pinned in the README first: an unpinned torch
+pulls gigabytes of CUDA wheels.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.default_venv_backend = "venv"
+
+TORCH = "torch==2.13.0"
+
+
+def _install(session: nox.Session, extras: str = "test") -> None:
+    session.install(TORCH)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite under Python's dev mode (what CI runs)."""
+    _install(session)
+    session.run("python", "-X", "dev", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff: lint and formatting."""
+    session.install("ruff==0.17.6")
+    paths = ["src", "tests", "benchmarks", "examples", "noxfile.py"]
+    session.run("ruff", "check", *paths, *session.posargs)
+    session.run("ruff", "format", "--check", *paths)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    _install(session)
+    session.install("mypy==2.4.1")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Overhead and import-time benchmarks: ratios against native torch, same run."""
+    _install(session)
+    session.run("python", "benchmarks/overhead.py", "--check", *session.posargs)
+    session.run("python", "benchmarks/import_time.py", "--check")
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """Run the CUDA-first example script redirected (README command 1)."""
+    _install(session)
+    session.run("python", "-m", "torchdevice", "examples/train_cuda.py", *session.posargs)

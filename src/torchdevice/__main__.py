@@ -1,0 +1,10 @@
+"""``python -m torchdevice SCRIPT [ARGS...]``: run a script redirected."""
+
+from __future__ import annotations
+
+import sys
+
+from torchdevice.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m torchdevice"))

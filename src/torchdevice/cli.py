@@ -1,0 +1,144 @@
+"""The ``torchdevice`` command and ``python -m torchdevice``.
+
+::
+
+    python -m torchdevice [OPTIONS] SCRIPT [ARGS...]   # run a script redirected
+    python -m torchdevice [OPTIONS] -m MODULE [ARGS...]
+    torchdevice run [OPTIONS] SCRIPT [ARGS...]          # the same
+    torchdevice info                                    # host, policy table, versions
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torchdevice import __version__
+from torchdevice.host import Host, probe_host
+from torchdevice.policy import decide
+from torchdevice.settings import load_settings
+
+__all__ = ["main"]
+
+_REQUESTS: tuple[object, ...] = (None, "cpu", "cpu:-1", "mps", "cuda", "cuda:1", 0)
+
+
+def _run_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a PyTorch script with every device request redirected to the device "
+        "this host really has, then print the migration report.",
+    )
+    parser.add_argument("--report", type=Path, metavar="PATH",
+                        help="write the migration report to PATH (JSON if it ends in .json) "
+                        "instead of printing it to stderr")  # fmt: skip
+    parser.add_argument("--no-report", action="store_true", help="print no report at exit")
+    parser.add_argument("--keep-cpu", action="store_true",
+                        help="explicit 'cpu' requests stay on the CPU")  # fmt: skip
+    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="level of the 'torchdevice' logger (default: WARNING)")  # fmt: skip
+    parser.add_argument("--host", choices=["cpu", "mps", "cuda"],
+                        help="force the host kind instead of probing (dry runs)")  # fmt: skip
+    parser.add_argument("-m", dest="module", metavar="MODULE",
+                        help="run a library module as a script, like python -m")  # fmt: skip
+    parser.add_argument("script", nargs="?", help="the script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return parser
+
+
+def _run(argv: Sequence[str], prog: str) -> int:
+    from torchdevice import launcher  # noqa: PLC0415 - keeps `torchdevice info` light
+
+    parser = _run_parser(prog)
+    ns, rest = _split(parser, list(argv))
+    options: dict[str, Any] = {}
+    if ns.keep_cpu:
+        options["keep_cpu"] = True
+    if ns.log_level:
+        options["log_level"] = ns.log_level
+    if ns.host:
+        options["host"] = ns.host
+    report_path = ns.report if ns.report is not None else load_settings(options).report_path
+    if ns.module:
+        launcher.run_module(ns.module, rest, options=options, report_path=report_path,
+                            quiet=ns.no_report)  # fmt: skip
+    elif ns.script:
+        launcher.run_script(ns.script, rest, options=options, report_path=report_path,
+                            quiet=ns.no_report)  # fmt: skip
+    else:
+        parser.error("a SCRIPT or -m MODULE is required")
+    return 0
+
+
+def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:  # noqa: E501
+    """Parse our options up to the script (or ``-m MODULE``); the rest belongs to it."""
+    ours: list[str] = []
+    i = 0
+    takes_value = {"--report", "--log-level", "--host", "-m"}
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg in takes_value:
+            ours.extend(argv[i : i + 2])
+            i += 2
+            if arg == "-m":
+                break
+            continue
+        if arg.startswith("-") and arg not in ("-",):
+            ours.append(arg)
+            i += 1
+            continue
+        break
+    ns = parser.parse_args(ours)
+    rest = argv[i:]
+    if ns.module is None:
+        if not rest:
+            parser.error("a SCRIPT or -m MODULE is required")
+        ns.script, rest = rest[0], rest[1:]
+    return ns, rest
+
+
+def info(host: Host | None = None) -> str:
+    """The host, the policy as it applies here, and versions."""
+    import torch  # noqa: PLC0415
+
+    host = host or probe_host()
+    lines = [
+        f"torchdevice {__version__}  torch {torch.__version__}  "
+        f"Python {platform.python_version()}  {platform.system()} {platform.machine()}",
+        f"host: {host.kind} ({host.device_count} device(s): {', '.join(host.device_names)})",
+        "",
+        "policy on this host:",
+        f"  {'request':<10} {'device':<8} {'action':<10} reason",
+    ]
+    for request in _REQUESTS:
+        label = "none" if request is None else repr(request)
+        try:
+            decision = decide(request, host)
+            lines.append(
+                f"  {label:<10} {decision.device!s:<8} {decision.action:<10} {decision.reason}"
+            )
+        except (RuntimeError, TypeError) as exc:
+            lines.append(f"  {label:<10} {'error':<8} {'':<10} {exc}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
+    """Entry point of the ``torchdevice`` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["info"]:
+        print(info())
+        return 0
+    if args[:1] == ["run"]:
+        return _run(args[1:], f"{prog} run")
+    if args[:1] in (["-h"], ["--help"]):
+        _run_parser(prog).print_help()
+        print("\nsubcommands: run SCRIPT [ARGS...] (the default), info")
+        return 0
+    return _run(args, prog)
