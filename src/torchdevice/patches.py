@@ -1,8 +1,9 @@
 """Wrappers for the device-taking calls that never reach a function mode.
 
 ``torch.load`` does its device work in Python below the function-mode layer (restore
-locations), and ``torch.Generator`` is a C type whose constructor is not overridable. Both
-are replaced on enable and put back exactly on disable. Code that bound them before
+locations), ``torch.Generator`` is a C type whose constructor is not overridable, and
+``torch.nested.nested_tensor``/``as_nested_tensor`` (Python functions over non-overridable
+C functions) and the deprecated ``torch.range`` never dispatch to a function mode. All are replaced on enable and put back exactly on disable. Code that bound them before
 enabling (``from torch import load``) keeps the originals: a documented limit.
 """
 
@@ -74,6 +75,31 @@ def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
     return _ORIGINAL_LOAD(f, map_location, *args, **kwargs)
 
 
+def _with_device_kwarg(original: Callable[..., Any], api: str) -> Callable[..., Any]:
+    """Wrap a function whose ``device=`` never reaches the function mode."""
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt = _get_runtime()
+        request = kwargs.get("device")
+        if rt is not None and request is not None:
+            decision = rt.decide(request)
+            if decision.moved or decision.action == "override":
+                rt.note(decision, api)
+            kwargs["device"] = rt.torch_device(decision.device)
+        return original(*args, **kwargs)
+
+    return wrapper
+
+
+_ORIGINAL_NESTED = torch.nested.nested_tensor
+_ORIGINAL_AS_NESTED = torch.nested.as_nested_tensor
+nested_tensor = _with_device_kwarg(_ORIGINAL_NESTED, "torch.nested.nested_tensor")
+as_nested_tensor = _with_device_kwarg(_ORIGINAL_AS_NESTED, "torch.nested.as_nested_tensor")
+_ORIGINAL_RANGE = torch.range
+range_ = _with_device_kwarg(_ORIGINAL_RANGE, "torch.range")
+
+
 class _GeneratorMeta(type(_ORIGINAL_GENERATOR)):  # type: ignore[misc]
     """Keeps ``isinstance(g, torch.Generator)`` true for every real generator."""
 
@@ -106,6 +132,9 @@ _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
     (torch, "load", _ORIGINAL_LOAD, load),
     (torch.serialization, "load", _ORIGINAL_LOAD, load),
     (torch, "Generator", _ORIGINAL_GENERATOR, Generator),
+    (torch.nested, "nested_tensor", _ORIGINAL_NESTED, nested_tensor),
+    (torch.nested, "as_nested_tensor", _ORIGINAL_AS_NESTED, as_nested_tensor),
+    (torch, "range", _ORIGINAL_RANGE, range_),
 )
 
 

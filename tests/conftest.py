@@ -1,0 +1,53 @@
+"""Shared fixtures: every test leaves torch and torchdevice exactly as it found them."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.overrides import _get_current_function_mode_stack
+
+import torchdevice
+from torchdevice import facade, patches
+from torchdevice.mode import DeviceMode
+
+REAL_CUDA = sys.modules["torch.cuda"]
+REAL_LOAD = torch.load
+REAL_GENERATOR = torch.Generator
+
+
+def torch_is_pristine() -> list[str]:
+    """What differs from native torch right now (empty when nothing does)."""
+    problems = []
+    if sys.modules["torch.cuda"] is not REAL_CUDA or torch.cuda is not REAL_CUDA:
+        problems.append("torch.cuda is not the real module")
+    if torch.load is not REAL_LOAD or torch.serialization.load is not REAL_LOAD:
+        problems.append("torch.load is wrapped")
+    if torch.Generator is not REAL_GENERATOR:
+        problems.append("torch.Generator is replaced")
+    if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
+        problems.append("a DeviceMode is on this thread's function-mode stack")
+    if threading.getprofile() is not None:
+        problems.append("a threading profile hook is installed")
+    if torchdevice.is_enabled():
+        problems.append("torchdevice is enabled")
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch() -> Iterator[None]:
+    """Disable torchdevice after each test, then check torch is native again."""
+    assert torch_is_pristine() == [], "a previous test leaked torchdevice state"
+    yield
+    torchdevice.disable()
+    torchdevice.reset_report()
+    leftovers = list(_get_current_function_mode_stack())
+    for _ in leftovers:  # a failing test may leave its own modes: clear them for the next
+        torch.overrides._pop_mode()
+    assert torch_is_pristine() == []
+    assert not facade.installed()
+    assert not patches.installed()
+    assert leftovers == [], f"test left modes on the stack: {leftovers}"

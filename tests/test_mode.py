@@ -1,0 +1,349 @@
+"""The function mode on this (real, CPU-only) host: every device argument is rewritten."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import torchdevice
+from torchdevice.intercepts import build_table
+from torchdevice.host import Host
+
+CPU = torch.device("cpu")
+REQUESTS = ["cuda", "cuda:0", "cuda:1", "mps", "mps:0", torch.device("cuda", 3), 0, 1]
+
+
+@pytest.fixture
+def enabled():
+    torchdevice.enable(host="cpu")
+    yield
+    torchdevice.disable()
+
+
+# A call per constructor of torch/utils/_device.py, with the arguments it needs.
+FACTORIES = {
+    "empty": lambda d: torch.empty(2, 3, device=d),
+    "empty_permuted": lambda d: torch.empty_permuted((2, 3), (1, 0), device=d),
+    "empty_strided": lambda d: torch.empty_strided((2, 3), (3, 1), device=d),
+    "ones": lambda d: torch.ones(2, device=d),
+    "zeros": lambda d: torch.zeros(2, device=d),
+    "full": lambda d: torch.full((2,), 7.0, device=d),
+    "arange": lambda d: torch.arange(5, device=d),
+    "range": lambda d: torch.range(0, 4, device=d),
+    "linspace": lambda d: torch.linspace(0, 1, 5, device=d),
+    "logspace": lambda d: torch.logspace(0, 1, 5, device=d),
+    "eye": lambda d: torch.eye(3, device=d),
+    "rand": lambda d: torch.rand(2, device=d),
+    "randn": lambda d: torch.randn(2, device=d),
+    "randint": lambda d: torch.randint(0, 5, (2,), device=d),
+    "randperm": lambda d: torch.randperm(5, device=d),
+    "bartlett_window": lambda d: torch.bartlett_window(5, device=d),
+    "blackman_window": lambda d: torch.blackman_window(5, device=d),
+    "hamming_window": lambda d: torch.hamming_window(5, device=d),
+    "hann_window": lambda d: torch.hann_window(5, device=d),
+    "kaiser_window": lambda d: torch.kaiser_window(5, device=d),
+    "fftfreq": lambda d: torch.fft.fftfreq(5, device=d),
+    "rfftfreq": lambda d: torch.fft.rfftfreq(5, device=d),
+    "tensor": lambda d: torch.tensor([1.0, 2.0], device=d),
+    "as_tensor": lambda d: torch.as_tensor([1.0, 2.0], device=d),
+    "asarray": lambda d: torch.asarray([1.0, 2.0], device=d),
+    "scalar_tensor": lambda d: torch.scalar_tensor(3.0, device=d),
+    "tril_indices": lambda d: torch.tril_indices(3, 3, device=d),
+    "triu_indices": lambda d: torch.triu_indices(3, 3, device=d),
+    "sparse_coo_tensor": lambda d: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,), device=d),
+    "sparse_csr_tensor": lambda d: torch.sparse_csr_tensor(
+        [0, 1, 2], [0, 1], [1.0, 2.0], (2, 2), device=d
+    ),
+    "nested_tensor": lambda d: torch.nested.nested_tensor(
+        [torch.zeros(2), torch.zeros(3)], device=d
+    ),
+    "zeros_like": lambda d: torch.zeros_like(torch.ones(2), device=d),
+    "ones_like": lambda d: torch.ones_like(torch.ones(2), device=d),
+    "full_like": lambda d: torch.full_like(torch.ones(2), 4.0, device=d),
+    "empty_like": lambda d: torch.empty_like(torch.ones(2), device=d),
+    "rand_like": lambda d: torch.rand_like(torch.ones(2), device=d),
+    "randn_like": lambda d: torch.randn_like(torch.ones(2), device=d),
+    "randint_like": lambda d: torch.randint_like(torch.ones(2), 5, device=d),
+    "new_zeros": lambda d: torch.ones(2).new_zeros(3, device=d),
+    "new_ones": lambda d: torch.ones(2).new_ones(3, device=d),
+    "new_full": lambda d: torch.ones(2).new_full((3,), 2.0, device=d),
+    "new_empty": lambda d: torch.ones(2).new_empty(3, device=d),
+    "new_tensor": lambda d: torch.ones(2).new_tensor([1.0], device=d),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+@pytest.mark.parametrize("request_", ["cuda", "cuda:1", "mps", 0], ids=str)
+def test_every_factory_lands_on_the_cpu(enabled, name, request_):
+    with pytest.raises((RuntimeError, AssertionError, NotImplementedError)):
+        torchdevice.disable()
+        try:
+            FACTORIES[name](request_)  # natively this host cannot make the tensor
+        finally:
+            torchdevice.enable(host="cpu")
+    result = FACTORIES[name](request_)
+    assert result.device == CPU
+    reference = FACTORIES[name]("cpu")
+    assert result.dtype == reference.dtype
+    if not result.is_nested:
+        assert result.shape == reference.shape
+
+
+def test_factory_values_match_native(enabled):
+    torch.manual_seed(0)
+    redirected = torch.randn(4, 4, device="cuda")
+    torch.manual_seed(0)
+    torchdevice.disable()
+    native = torch.randn(4, 4)
+    torch.testing.assert_close(redirected, native)
+
+
+def test_table_covers_torchs_own_constructor_list():
+    from torch.utils._device import _device_constructors
+
+    table = build_table(Host.cpu())
+    assert set(_device_constructors()) <= set(table)
+    assert torch.add not in table and torch.nn.functional.linear not in table
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=str)
+def test_tensor_to_device_forms(enabled, request_):
+    t = torch.arange(3.0)
+    for moved in (t.to(request_), t.to(device=request_), t.to(request_, torch.float16)):
+        assert moved.device == CPU
+    assert t.to(request_, torch.float16).dtype == torch.float16
+
+
+def test_to_without_device_is_untouched(enabled):
+    t = torch.arange(3.0)
+    assert t.to(torch.float64).dtype == torch.float64
+    assert t.to(torch.zeros(1, dtype=torch.int32)).dtype == torch.int32
+    assert t.to("cpu") is t  # a CPU request on the CPU is not a redirect: no copy
+
+
+def test_redirected_moves_never_alias(enabled):
+    array = np.arange(4, dtype=np.float32)
+    source = torch.from_numpy(array)
+    for moved in (source.cuda(), source.to("cuda"), source.cuda(0), source.to("mps")):
+        assert moved.device == CPU
+        moved.add_(100)
+        np.testing.assert_array_equal(array, np.arange(4, dtype=np.float32))
+        assert moved.data_ptr() != source.data_ptr()
+
+
+def test_cuda_keeps_autograd(enabled):
+    x = torch.ones(3, requires_grad=True)
+    y = (x.cuda() * 2).sum()
+    y.backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
+def test_cpu_is_native_on_a_cpu_host(enabled):
+    t = torch.ones(2)
+    assert t.cpu() is t
+
+
+def test_type_with_cuda_tensor_type_string(enabled):
+    t = torch.tensor([1, 2])
+    moved = t.type("torch.cuda.FloatTensor")
+    assert moved.dtype == torch.float32
+    assert moved.device == CPU
+    assert t.type("torch.DoubleTensor").dtype == torch.float64
+
+
+def test_module_to_and_cuda(enabled):
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    reference = [p.detach().clone() for p in model.state_dict().values()]
+    for moved in (model.to("cuda"), model.cuda(), model.cuda(1), model.to(torch.device("mps"))):
+        assert moved is model
+        states = list(model.state_dict().values())
+        assert all(s.device == CPU for s in states)
+        for got, want in zip(states, reference, strict=True):
+            torch.testing.assert_close(got, want)
+    out = model.to("cuda", torch.float64)(torch.randn(5, 3, dtype=torch.float64, device="cuda"))
+    assert out.dtype == torch.float64
+
+
+def test_optimizer_after_module_cuda(enabled):
+    model = nn.Linear(2, 1).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.detach().clone()
+    model(torch.ones(4, 2, device="cuda")).sum().backward()
+    optimizer.step()
+    torch.testing.assert_close(model.weight, before - 0.1 * 4, atol=1e-6, rtol=0)
+
+
+def test_torch_device_is_rewritten(enabled):
+    assert torch.device("cuda") == CPU
+    assert torch.device("cuda", 1) == CPU
+    assert torch.device("cuda:1") == CPU
+    assert torch.device(0) == CPU
+    assert torch.device("mps") == CPU
+    assert torch.device("meta") == torch.device("meta")
+    assert isinstance(torch.device("cuda"), torch.device)
+    assert torch.device("cpu:-1") == CPU
+    assert torch.device("cpu", -1) == CPU  # torch's own "no index"
+
+
+def test_cpu_minus_one_works_everywhere_and_toggles(enabled):
+    runtime = torchdevice.activation.current_runtime()
+    assert runtime is not None
+    assert not runtime.state.cpu_override
+    assert torch.ones(2).to("cpu:-1").device == CPU
+    assert runtime.state.cpu_override
+    assert torch.zeros(1, device="cpu:-1").device == CPU
+    assert not runtime.state.cpu_override
+    torchdevice.set_cpu_override(True)
+    assert runtime.state.cpu_override
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ("cuda:abc", RuntimeError, "Invalid device string: 'cuda:abc'"),
+        ("gpu", RuntimeError, "device type at start of device string: gpu"),
+        ("", RuntimeError, "Device string must not be empty"),
+        ("cpu:-2", RuntimeError, "Invalid device string: 'cpu:-2'"),
+        (1.5, TypeError, "float"),
+        ([1], TypeError, "list"),
+    ],
+)
+def test_bad_requests_raise_like_torch_and_leave_torch_working(enabled, bad, error, message):
+    for call in (
+        lambda: torch.zeros(2, device=bad),
+        lambda: torch.ones(2).to(device=bad),
+        lambda: torch.device(bad),
+    ):
+        with pytest.raises(error) as info:
+            call()
+        assert message in str(info.value)
+    assert torchdevice.is_enabled()
+    assert torch.zeros(2, device="cuda").device == CPU
+    torchdevice.disable()
+    assert torch.zeros(2).device == CPU
+
+
+def test_implicit_factories_stay_on_the_cpu_host(enabled):
+    assert torch.zeros(2).device == CPU
+    assert nn.Linear(2, 2).weight.device == CPU
+
+
+def test_host_reads_keep_working(enabled, tmp_path):
+    t = torch.arange(4.0, device="cuda")
+    assert t.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert t[1].item() == 1.0
+    assert "tensor([0., 1., 2., 3.])" in repr(t)
+    torch.save(t, tmp_path / "t.pt")
+    torch.testing.assert_close(torch.load(tmp_path / "t.pt"), t)
+
+
+def test_pin_memory_without_cuda_gives_an_unpinned_copy(enabled):
+    t = torch.ones(3)
+    pinned = t.pin_memory()
+    assert not pinned.is_pinned()
+    assert pinned.data_ptr() != t.data_ptr()
+    torch.testing.assert_close(pinned, t)
+    assert torch.ones(2, device="cuda", pin_memory=True).device == CPU
+
+
+def test_generator_device_and_isinstance(enabled):
+    g = torch.Generator(device="cuda")
+    assert g.device == CPU
+    assert isinstance(g, torch.Generator)
+    assert isinstance(torch.default_generator, torch.Generator)
+    g.manual_seed(3)
+    redirected = torch.rand(3, device="cuda", generator=g)
+    torchdevice.disable()
+    native = torch.rand(3, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(redirected, native)
+
+
+def _gpu_checkpoint(tmp_path, monkeypatch, location="cuda:0"):
+    """A checkpoint whose tensors are tagged as saved on a GPU, as a CUDA user's would be."""
+    import torch.serialization as ser
+
+    path = tmp_path / "gpu.pt"
+    with monkeypatch.context() as patch:
+        patch.setattr(ser, "location_tag", lambda storage: location)
+        torch.save({"w": torch.arange(3.0)}, path)
+    return path
+
+
+def test_load_gpu_checkpoint_without_map_location(tmp_path, monkeypatch):
+    path = _gpu_checkpoint(tmp_path, monkeypatch)
+    with pytest.raises(RuntimeError):
+        torch.load(path)  # natively: no CUDA here
+    with torchdevice.redirect(host="cpu"):
+        state = torch.load(path)
+    assert state["w"].device == CPU
+    torch.testing.assert_close(state["w"], torch.arange(3.0))
+
+
+@pytest.mark.parametrize(
+    "map_location",
+    [
+        "cuda",
+        "cuda:1",
+        torch.device("cuda", 0),
+        0,
+        {"cuda:0": "cuda:1"},
+        lambda storage, location: None,
+        lambda storage, location: storage,
+    ],
+    ids=["str", "str-index", "device", "int", "dict", "callable-none", "callable-storage"],
+)
+def test_load_map_location_forms(tmp_path, monkeypatch, map_location):
+    path = _gpu_checkpoint(tmp_path, monkeypatch)
+    with torchdevice.redirect(host="cpu"):
+        state = torch.load(path, map_location=map_location)
+    assert state["w"].device == CPU
+    torch.testing.assert_close(state["w"], torch.arange(3.0))
+
+
+def test_load_from_buffer_and_weights_only(enabled):
+    buffer = io.BytesIO()
+    torch.save({"a": torch.ones(2, device="cuda")}, buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, map_location="cuda", weights_only=True)
+    assert state["a"].device == CPU
+
+
+def test_each_call_site_is_logged_once_and_counted(enabled, caplog):
+    caplog.set_level(logging.INFO, logger="torchdevice")
+    for _ in range(3):
+        torch.zeros(1, device="cuda")  # the line the report must name
+    line = test_each_call_site_is_logged_once_and_counted.__code__.co_firstlineno + 3
+    records = [r for r in caplog.records if "torch.zeros" in r.getMessage()]
+    assert len(records) == 1
+    message = records[0].getMessage()
+    assert f"test_mode.py:{line} in test_each_call_site_is_logged_once_and_counted()" in message
+    entries = [e for e in torchdevice.report().entries if e.api == "torch.zeros"]
+    assert [(e.site.lineno, e.count, e.requested, e.decided) for e in entries] == [
+        (line, 3, "cuda", "cpu:0")
+    ]
+
+
+def test_calls_through_torch_report_the_users_line(enabled):
+    model = nn.Linear(2, 2)
+    model.to("cuda")  # reaches the mode as _parse_to from torch/nn/modules/module.py
+    line = test_calls_through_torch_report_the_users_line.__code__.co_firstlineno + 2
+    entries = [e for e in torchdevice.report().entries if e.api == "Module.to"]
+    assert len(entries) == 1
+    assert entries[0].site.filename == __file__
+    assert entries[0].site.lineno == line
+
+
+def test_report_json_and_text(enabled):
+    torch.ones(2, device="mps")
+    report = torchdevice.report()
+    data = report.to_dict()
+    assert data["total_calls"] == 1
+    assert data["entries"][0]["api"] == "torch.ones"
+    assert data["entries"][0]["requested"] == "mps:0"
+    assert "torch.ones(mps:0) -> cpu:0 x1" in report.to_text()
