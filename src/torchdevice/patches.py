@@ -118,8 +118,10 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):  # type: ignore[
     their generator's device.
     """
 
-    def __new__(cls, device: Any = "cpu") -> Any:  # noqa: D102
+    def __new__(cls, device: Any = None) -> Any:  # noqa: D102
         rt = _get_runtime()
+        if device is None:
+            return _ORIGINAL_GENERATOR()
         if rt is None:
             return _ORIGINAL_GENERATOR(device)
         decision = rt.decide(device)

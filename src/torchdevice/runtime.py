@@ -85,10 +85,13 @@ class Runtime:
         """
         device = self._devices.get(spec)
         if device is None:
-            if spec.index is None or spec.type == "cpu":
-                device = torch.device(spec.type)
-            else:
-                device = torch.device(spec.type, spec.index)
+            # Built with function modes off: this may run while a mode (ours, of another
+            # activation) is live, and torch.device itself dispatches to modes.
+            with torch._C.DisableTorchFunction():
+                if spec.index is None or spec.type == "cpu":
+                    device = torch.device(spec.type)
+                else:
+                    device = torch.device(spec.type, spec.index)
             self._devices[spec] = device
         return device
 

@@ -1,0 +1,150 @@
+"""Redirects to an accelerator this machine lacks, checked through a spy under the mode.
+
+The host is injected (``host=Host.mps()`` / ``Host.cuda(2)``); :class:`spy.DeviceSpy`
+records the device every call reaches torch with and runs it on ``meta``. So these tests
+check the real mode and policy end to end; only the final allocation is simulated.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchdevice
+from torchdevice import Host
+from torchdevice.facade import installed as facade_installed
+
+from spy import DeviceSpy
+
+MPS = "mps:0"
+
+
+@pytest.fixture
+def spy():
+    recorder = DeviceSpy()
+    recorder.__enter__()
+    yield recorder
+    torchdevice.disable()  # torchdevice's mode sits above the spy: it goes first
+    recorder.__exit__(None, None, None)
+
+
+def on(spy: DeviceSpy, call) -> list[str]:
+    spy.calls.clear()
+    call()
+    return [str(device) for _, device in spy.calls]
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [("cuda", MPS), ("cuda:3", MPS), (0, MPS), ("mps", MPS), ("mps:0", MPS), ("cpu", MPS)],
+)
+def test_mps_host_factories(spy, request_, expected):
+    torchdevice.enable(host=Host.mps())
+    assert on(spy, lambda: torch.zeros(2, device=request_)) == [expected]
+
+
+def test_mps_host_implicit_factories_and_modules(spy):
+    torchdevice.enable(host=Host.mps())
+    assert on(spy, lambda: torch.ones(2)) == [MPS]
+    assert set(on(spy, lambda: nn.Linear(2, 3))) == {MPS}
+
+
+def test_mps_host_factories_follow_their_generator(spy):
+    torchdevice.enable(host=Host.mps())
+    generator = torch.Generator()  # no device: a CPU generator, as natively
+    assert generator.device == torch.device("cpu")
+    assert on(spy, lambda: torch.randperm(4, generator=generator)) == []
+
+
+def test_mps_host_conversions(spy):
+    t = torch.ones(2)  # built before enabling: a real CPU tensor
+    torchdevice.enable(host=Host.mps())
+    for convert in (
+        lambda: t.cuda(),
+        lambda: t.cuda(1),
+        lambda: t.to("cuda"),
+        lambda: t.to("cpu"),
+        lambda: t.cpu(),
+        lambda: t.type("torch.cuda.FloatTensor"),
+    ):
+        assert on(spy, convert) == [MPS]
+
+
+def test_mps_host_module_to(spy):
+    model = nn.Linear(2, 2)
+    torchdevice.enable(host=Host.mps())
+    devices = on(spy, lambda: model.to("cuda"))
+    assert devices and set(devices) == {MPS}
+
+
+def test_mps_host_cpu_override_toggle(spy):
+    torchdevice.enable(host=Host.mps())
+    t = torch.ones(2, device="cpu:-1")  # a genuine CPU tensor, and the override goes on
+    assert t.device == torch.device("cpu")
+    assert on(spy, lambda: torch.zeros(1, device="cpu")) == []  # stays on the CPU
+    assert on(spy, lambda: torch.zeros(1, device="cuda")) == [MPS]  # cuda still moves
+    torch.device("cpu:-1")  # toggles it off again
+    assert on(spy, lambda: torch.zeros(1, device="cpu")) == [MPS]
+
+
+def test_mps_host_keep_cpu_option(spy):
+    torchdevice.enable(host=Host.mps(), keep_cpu=True)
+    assert on(spy, lambda: torch.zeros(1, device="cpu")) == []
+    assert on(spy, lambda: torch.zeros(1)) == [MPS]
+    assert on(spy, lambda: torch.zeros(1, device="cuda")) == [MPS]
+
+
+def test_mps_host_device_objects(spy):
+    torchdevice.enable(host=Host.mps())
+    assert torch.device("cuda:1") == torch.device("mps:0")
+    assert torch.device("cpu") == torch.device("mps:0")
+
+
+def test_mps_host_facade_answers(spy):
+    torchdevice.enable(host=Host.mps("Apple M3 Max"))
+    assert facade_installed()
+    assert torch.cuda.is_available()
+    assert torch.cuda.device_count() == 1
+    assert torch.cuda.current_device() == 0
+    assert torch.cuda.get_device_name(0) == "Apple M3 Max"
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        ("cuda", "cuda"),
+        ("cuda:1", "cuda:1"),
+        (1, "cuda:1"),
+        ("mps", "cuda"),
+        ("cpu", "cuda"),
+        (None, "cuda"),
+    ],
+)
+def test_cuda_host_factories(spy, request_, expected):
+    torchdevice.enable(host=Host.cuda(2))
+    assert on(spy, lambda: torch.zeros(2, device=request_)) == [expected]
+
+
+def test_cuda_host_index_past_count(spy):
+    torchdevice.enable(host=Host.cuda(2))
+    with pytest.raises(RuntimeError, match="invalid device ordinal.*'cuda:2'.*2 CUDA device"):
+        torch.zeros(1, device="cuda:2")
+    assert on(spy, lambda: torch.zeros(1, device="cuda:1")) == ["cuda:1"]
+
+
+def test_cuda_host_keeps_the_real_torch_cuda(spy):
+    torchdevice.enable(host=Host.cuda(2))
+    assert not facade_installed()
+
+
+def test_switching_hosts_rebuilds_the_table(spy):
+    torchdevice.enable(host=Host.cpu())
+    assert torch.zeros(1, device="cuda").device == torch.device("cpu")
+    torchdevice.enable(host=Host.mps())
+    assert on(spy, lambda: torch.zeros(1, device="cuda")) == [MPS]
+    with torchdevice.redirect(host=Host.cuda(1)):
+        assert on(spy, lambda: torch.zeros(1, device="mps")) == ["cuda"]
+        assert not facade_installed()
+    assert facade_installed()
+    assert on(spy, lambda: torch.zeros(1, device="cuda")) == [MPS]
