@@ -77,6 +77,53 @@ class CudaFacade(types.ModuleType):
         return rt.host.device_name(0)
 
 
+    # -- RNG: the generator of the device CUDA tensors really land on ----------------
+    # Implemented on the generator object, never through torch.manual_seed, which itself
+    # calls torch.cuda.manual_seed_all (it would recurse).
+    def _generator(self) -> torch.Generator:
+        if self._runtime().host.kind == "mps":
+            from torch.mps import _get_default_mps_generator  # noqa: PLC0415 - MPS only
+
+            return _get_default_mps_generator()
+        return torch.default_generator
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed the real device's default generator."""
+        self._generator().manual_seed(int(seed))
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed every device: there is one."""
+        self.manual_seed(seed)
+
+    def seed(self) -> None:
+        """Seed the real device's generator non-deterministically."""
+        self._generator().seed()
+
+    def seed_all(self) -> None:
+        """Seed every device non-deterministically: there is one."""
+        self.seed()
+
+    def initial_seed(self) -> int:
+        """The real device generator's initial seed."""
+        return int(self._generator().initial_seed())
+
+    def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
+        """The real device generator's state (a CPU uint8 tensor, as CUDA's is)."""
+        return self._generator().get_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
+        """Restore the real device generator's state."""
+        self._generator().set_state(new_state)
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        """One state per device: one device."""
+        return [self.get_rng_state()]
+
+    def set_rng_state_all(self, new_states: Any) -> None:
+        """Restore the states of every device: the first is the only one."""
+        self.set_rng_state(list(new_states)[0])
+
+
 _facade: CudaFacade | None = None
 
 

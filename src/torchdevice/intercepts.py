@@ -37,26 +37,12 @@ def _is_device_arg(value: object) -> bool:
     )
 
 
-_API_NAMES = {"_parse_to": "Module.to", "device": "torch.device"}
-
-
-def _api_name(func: Callable[..., Any]) -> str:
-    """How the report names ``func``: ``torch.zeros``, ``Tensor.to``, ``Module.to``."""
-    name = getattr(func, "__name__", None) or repr(func)
-    if name in _API_NAMES:
-        return _API_NAMES[name]
-    qualname = getattr(func, "__qualname__", name)
-    if qualname.startswith(("TensorBase.", "Tensor.")):
-        return "Tensor." + name
-    return f"torch.{name}"
-
-
 def _decided(rt: Runtime, decision: Decision, func: Callable[..., Any]) -> torch.device:
     """The device to use for ``decision``; notes it in the report when it moved."""
     if decision.moved:
-        rt.note(decision, _api_name(func))
+        rt.note(decision, func)
     elif decision.action == "override":
-        rt.note(decision, _api_name(func), kind="override")
+        rt.note(decision, func, kind="override")
     return rt.torch_device(decision.device)
 
 

@@ -11,14 +11,22 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from torchdevice.callsite import CallSite
 
-__all__ = ["Entry", "EventKind", "MigrationReport", "Recorder", "configure_logging", "logger"]
+__all__ = [
+    "Entry",
+    "EventKind",
+    "MigrationReport",
+    "Recorder",
+    "api_name",
+    "configure_logging",
+    "logger",
+]
 
 logger = logging.getLogger("torchdevice")
 
@@ -113,6 +121,20 @@ class MigrationReport:
         """Write JSON if ``path`` ends in ``.json``, text otherwise."""
         text = self.to_json() if path.suffix == ".json" else self.to_text()
         path.write_text(text + "\n", encoding="utf-8")
+
+
+_API_NAMES = {"_parse_to": "Module.to", "device": "torch.device"}
+
+
+def api_name(func: Callable[..., Any]) -> str:
+    """How the report names ``func``: ``torch.zeros``, ``Tensor.to``, ``Module.to``."""
+    name = getattr(func, "__name__", None) or repr(func)
+    if name in _API_NAMES:
+        return _API_NAMES[name]
+    qualname = getattr(func, "__qualname__", name)
+    if qualname.startswith(("TensorBase.", "Tensor.")):
+        return "Tensor." + name
+    return f"torch.{name}"
 
 
 _Key = tuple[CallSite, EventKind, str, str, str]

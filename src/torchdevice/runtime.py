@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from types import CodeType, FrameType
+from typing import Any
 
 import torch
 
@@ -18,7 +20,7 @@ from torchdevice import callsite
 from torchdevice.callsite import CallSite
 from torchdevice.host import Host
 from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide
-from torchdevice.report import EventKind, MigrationReport, Recorder
+from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
 from torchdevice.settings import Settings
 
 __all__ = ["Runtime"]
@@ -96,7 +98,9 @@ class Runtime:
         return device
 
     # -- recording ---------------------------------------------------------------------
-    def note(self, decision: Decision, api: str, kind: EventKind = "redirect") -> None:
+    def note(
+        self, decision: Decision, api: str | Callable[..., Any], kind: EventKind = "redirect"
+    ) -> None:
         """Record a redirect at the user's call site (skipped while dynamo traces).
 
         Walks up past torchdevice's, torch's and contextlib's frames (a cached dict lookup
@@ -116,7 +120,8 @@ class Runtime:
             if site is None:
                 site = self._sites[key] = callsite.site_of(frame)
         requested = "none" if decision.requested is None else str(decision.requested)
-        self.recorder.record(site, kind, api, requested, str(decision.device), decision.reason)
+        name = api if isinstance(api, str) else api_name(api)
+        self.recorder.record(site, kind, name, requested, str(decision.device), decision.reason)
 
     def report(self) -> MigrationReport:
         """The migration report of this activation so far."""
