@@ -74,7 +74,9 @@ def _run(argv: Sequence[str], prog: str) -> int:
     return 0
 
 
-def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:  # noqa: E501
+def _split(
+    parser: argparse.ArgumentParser, argv: list[str]
+) -> tuple[argparse.Namespace, list[str]]:
     """Parse our options up to the script (or ``-m MODULE``); the rest belongs to it."""
     ours: list[str] = []
     i = 0

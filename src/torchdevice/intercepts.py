@@ -55,7 +55,9 @@ def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) 
 
 
 # -- handlers ---------------------------------------------------------------------------
-def factory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def factory(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """A constructor (``torch.zeros``...): rewrite ``device=``; place device-less calls."""
     request = kwargs.get("device")
     if request is None:
@@ -77,7 +79,9 @@ def factory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs
     return func(*args, **kwargs)
 
 
-def explicit_factory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def explicit_factory(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten."""
     request = kwargs.get("device")
     if request is None:
@@ -108,7 +112,9 @@ def _rewrite_to_args(
     return args, kwargs, None
 
 
-def tensor_to(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def tensor_to(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``Tensor.to``: rewrite the device; a redirected move never aliases its source.
 
     Native ``t.to("cuda")`` on a CPU tensor copies, so code may mutate the result freely;
@@ -122,7 +128,9 @@ def tensor_to(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwar
     return result
 
 
-def parse_to(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def parse_to(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``torch._C._nn._parse_to``: how ``Module.to`` reads its arguments."""
     args, kwargs, _ = _rewrite_to_args(rt, func, args, kwargs, 0)
     return func(*args, **kwargs)
@@ -140,7 +148,9 @@ def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: 
     return result
 
 
-def tensor_cuda(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def tensor_cuda(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``Tensor.cuda(device=None, non_blocking=False, memory_format=...)``."""
     tensor, *rest = args
     device = rest[0] if rest else kwargs.get("device")
@@ -155,14 +165,18 @@ def tensor_cuda(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kw
     return func(*args, **kwargs) if result is None else result
 
 
-def tensor_cpu(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def tensor_cpu(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``Tensor.cpu(memory_format=...)``: a CPU request like any other."""
     memory_format = kwargs.get("memory_format", torch.preserve_format)
     result = _move(rt, func, args[0], "cpu", False, memory_format)
     return func(*args, **kwargs) if result is None else result
 
 
-def tensor_type(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def tensor_type(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``Tensor.type("torch.cuda.FloatTensor")``: the dtype natively, the device redirected."""
     dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
     if not (isinstance(dtype, str) and dtype.startswith("torch.cuda.")):
@@ -177,7 +191,9 @@ def tensor_type(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kw
     return result.clone() if result is tensor else result
 
 
-def device_ctor(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def device_ctor(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``torch.device(...)`` itself: answers the decided device; accepts ``"cpu:-1"``.
 
     Returning the decided device keeps user code consistent: ``x.device == device`` and
@@ -190,10 +206,8 @@ def device_ctor(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kw
         type_, index = args
         if not (isinstance(type_, str) and ":" not in type_ and isinstance(index, int)):
             return func(*args, **kwargs)
-        if index < 0:  # torch.device("cpu", -1) is torch's "no index"
-            request = type_
-        else:
-            request = f"{type_}:{index}"
+        # torch.device("cpu", -1) is torch's "no index", not the override.
+        request = type_ if index < 0 else f"{type_}:{index}"
     else:
         request = args[0]
         if isinstance(request, torch.device) and request.type not in ("cpu", "cuda", "mps"):
@@ -204,7 +218,9 @@ def device_ctor(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kw
     return _decided(rt, decision, func)
 
 
-def tensor_numpy(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def tensor_numpy(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``Tensor.numpy()`` reads the host copy of an accelerator tensor (SPEC §2)."""
     tensor = args[0]
     if tensor.device.type == "cpu":
@@ -212,7 +228,9 @@ def tensor_numpy(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], k
     return func(tensor.cpu(), *args[1:], **kwargs)
 
 
-def pin_memory(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:  # noqa: E501
+def pin_memory(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``Tensor.pin_memory()`` without CUDA: an unpinned copy, as the pinned one would be."""
     tensor = args[0]
     if rt.can_pin or tensor.device.type != "cpu":

@@ -58,14 +58,15 @@ class DeviceMode(TorchFunctionMode):
 
 def is_on_stack(mode: DeviceMode) -> bool:
     """Whether ``mode`` is on the calling thread's function-mode stack (by identity)."""
-    return any(entry is mode for entry in _get_current_function_mode_stack())
+    stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+    return any(entry is mode for entry in stack)
 
 
 def push(mode: DeviceMode) -> bool:
     """Push ``mode`` on the calling thread's stack unless it is there already."""
     if is_on_stack(mode):
         return False
-    mode.__enter__()
+    mode.__enter__()  # type: ignore[no-untyped-call]
     return True
 
 
@@ -78,10 +79,10 @@ def remove(mode: DeviceMode) -> bool:
         return False
     above = []
     while True:
-        top = _pop_mode()
+        top = _pop_mode()  # type: ignore[no-untyped-call]
         if top is mode:
             break
         above.append(top)
     for entry in reversed(above):
-        entry.__enter__()
+        entry.__enter__()  # restores the modes entered after ours, in order
     return True

@@ -3,8 +3,9 @@
 ``torch.load`` does its device work in Python below the function-mode layer (restore
 locations), ``torch.Generator`` is a C type whose constructor is not overridable, and
 ``torch.nested.nested_tensor``/``as_nested_tensor`` (Python functions over non-overridable
-C functions) and the deprecated ``torch.range`` never dispatch to a function mode. All are replaced on enable and put back exactly on disable. Code that bound them before
-enabling (``from torch import load``) keeps the originals: a documented limit.
+C functions) and the deprecated ``torch.range`` never dispatch to a function mode. All are
+replaced on enable and put back exactly on disable. Code that bound them before enabling
+(``from torch import load``) keeps the originals: a documented limit.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _restore(rt: Runtime, storage: Any, location: str) -> Any:
     device = rt.torch_device(decision.device)
     if device.type == "cpu":
         return storage
-    return torch.serialization.default_restore_location(storage, str(device))
+    return torch.serialization.default_restore_location(storage, str(device))  # type: ignore[no-untyped-call]
 
 
 def _map_location(rt: Runtime, map_location: Any) -> Any:
@@ -110,7 +111,7 @@ class _GeneratorMeta(type(_ORIGINAL_GENERATOR)):  # type: ignore[misc]
         return issubclass(subclass, _ORIGINAL_GENERATOR)
 
 
-class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):  # type: ignore[misc]
+class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
     """``torch.Generator`` whose ``device=`` goes through the policy.
 
     Returns a genuine ``torch._C.Generator``; this class only exists while enabled. A
@@ -118,7 +119,7 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):  # type: ignore[
     their generator's device.
     """
 
-    def __new__(cls, device: Any = None) -> Any:  # noqa: D102
+    def __new__(cls, device: Any = None) -> Any:
         rt = _get_runtime()
         if device is None:
             return _ORIGINAL_GENERATOR()

@@ -174,7 +174,7 @@ def _parse_string(request: str, extra_types: frozenset[str]) -> DeviceSpec:
 def decide(
     request: object,
     host: Host,
-    state: PolicyState = PolicyState(),  # noqa: B008 - frozen, so a shared default is safe
+    state: PolicyState = PolicyState(),  # frozen, so a shared default is safe
     extra_types: frozenset[str] = frozenset(),
 ) -> Decision:
     """Decide where ``request`` goes on ``host`` given ``state``.

@@ -8,6 +8,7 @@ dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -73,10 +74,8 @@ class Runtime:
             if decision.toggle_override:
                 self.set_cpu_override(not self._state.cpu_override)
                 return decision
-            try:
+            with contextlib.suppress(TypeError):  # unhashable: decided again next time
                 self._decisions[key] = decision
-            except TypeError:
-                pass
         return decision
 
     def torch_device(self, spec: DeviceSpec) -> torch.device:
@@ -112,13 +111,14 @@ class Runtime:
         internal = callsite.is_internal
         while frame is not None and internal(frame.f_code):
             frame = frame.f_back
-        if frame is None:
-            site = callsite.site_of(None)
-        else:
+        site: CallSite | None = None
+        if frame is not None:
             key = (frame.f_code, frame.f_lineno)
             site = self._sites.get(key)
             if site is None:
                 site = self._sites[key] = callsite.site_of(frame)
+        else:
+            site = callsite.site_of(None)
         requested = "none" if decision.requested is None else str(decision.requested)
         name = api if isinstance(api, str) else api_name(api)
         self.recorder.record(site, kind, name, requested, str(decision.device), decision.reason)

@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["install", "uninstall"]
 
-ProfileFunc = Callable[[FrameType, str, Any], object]
+ProfileFunc = Callable[..., object]
 
 _previous: ProfileFunc | None = None
 _installed = False
