@@ -36,8 +36,8 @@ class DeviceSpy(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         seen: list[torch.device] = []
-        if func is torch.device:  # constructing a device object is harmless: record only
-            return func(*args, **kwargs)
+        if func is torch.device or func is torch._C._nn._parse_to:
+            return func(*args, **kwargs)  # parsing a device allocates nothing: let it be
         args = tuple(_swap(a, seen) for a in args)
         kwargs = {k: _swap(v, seen) for k, v in kwargs.items()}
         name = getattr(func, "__name__", repr(func))

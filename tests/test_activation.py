@@ -7,10 +7,10 @@ import threading
 
 import pytest
 import torch
-from conftest import REAL_CUDA, REAL_GENERATOR, REAL_LOAD, torch_is_pristine
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 import torchdevice
+from conftest import REAL_CUDA, REAL_GENERATOR, REAL_LOAD, torch_is_pristine
 from torchdevice.mode import DeviceMode
 
 CPU = torch.device("cpu")
@@ -28,12 +28,14 @@ def test_enable_disable_restore_torch_exactly():
     assert torch_is_pristine() == []
     torchdevice.enable()
     assert torchdevice.is_enabled()
-    assert torch.cuda is not REAL_CUDA and sys.modules["torch.cuda"] is torch.cuda
+    assert torch.cuda is not REAL_CUDA
+    assert sys.modules["torch.cuda"] is torch.cuda
     assert torch.load is not REAL_LOAD
     assert cuda_tensor_device() == CPU
     torchdevice.disable()
     assert torch_is_pristine() == []
-    assert torch.cuda is REAL_CUDA and torch.Generator is REAL_GENERATOR
+    assert torch.cuda is REAL_CUDA
+    assert torch.Generator is REAL_GENERATOR
     with pytest.raises((RuntimeError, AssertionError)):
         cuda_tensor_device()
 
@@ -53,7 +55,8 @@ def test_enable_with_new_options_reconfigures_in_place():
     torchdevice.enable(keep_cpu=True)
     assert device_modes() == first
     runtime = torchdevice.activation.current_runtime()
-    assert runtime is not None and runtime.settings.keep_cpu
+    assert runtime is not None
+    assert runtime.settings.keep_cpu
 
 
 def test_redirect_restores_disabled_state_on_exit_and_on_exception():
@@ -70,7 +73,8 @@ def test_redirect_nests_and_restores_the_outer_options():
     outer = torchdevice.activation.current_runtime()
     with torchdevice.redirect(cpu_override=True) as inner:
         assert inner is not outer
-        assert inner.settings.keep_cpu and inner.settings.cpu_override  # options merge
+        assert inner.settings.keep_cpu
+        assert inner.settings.cpu_override
         with torchdevice.redirect(keep_cpu=False) as innermost:
             assert not innermost.settings.keep_cpu
         assert torchdevice.activation.current_runtime() is inner
@@ -113,7 +117,7 @@ def run_in_thread(fn):
     def target():
         try:
             result["value"] = fn()
-        except Exception as exc:  # noqa: BLE001 - handed back to the test thread
+        except Exception as exc:
             result["error"] = exc
 
     thread = threading.Thread(target=target)

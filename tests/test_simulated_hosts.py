@@ -12,10 +12,9 @@ import torch
 from torch import nn
 
 import torchdevice
+from spy import DeviceSpy
 from torchdevice import Host
 from torchdevice.facade import installed as facade_installed
-
-from spy import DeviceSpy
 
 MPS = "mps:0"
 
@@ -61,11 +60,11 @@ def test_mps_host_conversions(spy):
     t = torch.ones(2)  # built before enabling: a real CPU tensor
     torchdevice.enable(host=Host.mps())
     for convert in (
-        lambda: t.cuda(),
+        t.cuda,
         lambda: t.cuda(1),
         lambda: t.to("cuda"),
         lambda: t.to("cpu"),
-        lambda: t.cpu(),
+        t.cpu,
         lambda: t.type("torch.cuda.FloatTensor"),
     ):
         assert on(spy, convert) == [MPS]
@@ -75,7 +74,8 @@ def test_mps_host_module_to(spy):
     model = nn.Linear(2, 2)
     torchdevice.enable(host=Host.mps())
     devices = on(spy, lambda: model.to("cuda"))
-    assert devices and set(devices) == {MPS}
+    assert devices
+    assert set(devices) == {MPS}
 
 
 def test_mps_host_cpu_override_toggle(spy):
@@ -128,7 +128,7 @@ def test_cuda_host_factories(spy, request_, expected):
 
 def test_cuda_host_index_past_count(spy):
     torchdevice.enable(host=Host.cuda(2))
-    with pytest.raises(RuntimeError, match="invalid device ordinal.*'cuda:2'.*2 CUDA device"):
+    with pytest.raises(RuntimeError, match=r"invalid device ordinal.*'cuda:2'.*2 CUDA device"):
         torch.zeros(1, device="cuda:2")
     assert on(spy, lambda: torch.zeros(1, device="cuda:1")) == ["cuda:1"]
 
@@ -148,3 +148,41 @@ def test_switching_hosts_rebuilds_the_table(spy):
         assert not facade_installed()
     assert facade_installed()
     assert on(spy, lambda: torch.zeros(1, device="cuda")) == [MPS]
+
+
+def test_mps_host_float64_rule_on_factories(spy):
+    import numpy as np
+
+    torchdevice.enable(host=Host.mps())
+    assert torch.zeros(2, device="cuda", dtype=torch.float64).dtype == torch.float32
+    assert torch.ones(2, dtype=torch.float64).dtype == torch.float32  # implicit placement too
+    assert torch.tensor(np.arange(3.0), device="cuda").dtype == torch.float32
+    assert torch.as_tensor(np.arange(3.0)).dtype == torch.float32
+    assert torch.zeros(2, device="cuda", dtype=torch.int64).dtype == torch.int64
+    events = [e for e in torchdevice.report().entries if e.kind == "dtype"]
+    assert {e.api for e in events} == {
+        "torch.zeros",
+        "torch.ones",
+        "torch.tensor",
+        "torch.as_tensor",
+    }
+    assert all(e.decided == "mps:0, float32" for e in events)
+
+
+def test_mps_host_float64_rule_on_conversions(spy):
+    t = torch.arange(3, dtype=torch.float64)
+    model = nn.Linear(2, 2).double()
+    torchdevice.enable(host=Host.mps())
+    assert t.to("cuda").dtype == torch.float32
+    assert t.cuda().dtype == torch.float32
+    assert t.to("cuda", torch.float64).dtype == torch.float32
+    assert t.to(torch.int32).dtype == torch.int32  # stays on the CPU: no rule
+    model.to("cuda")
+    assert model.weight.dtype == torch.float32
+
+
+def test_cpu_and_cuda_hosts_keep_float64(spy):
+    torchdevice.enable(host=Host.cuda(1))
+    assert torch.zeros(2, device="mps", dtype=torch.float64).dtype == torch.float64
+    torchdevice.enable(host=Host.cpu())
+    assert torch.zeros(2, device="mps", dtype=torch.float64).dtype == torch.float64

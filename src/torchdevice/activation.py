@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from torchdevice import facade, mode, patches, threads
+from torchdevice.fallback import Fallback
 from torchdevice.host import Host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.report import MigrationReport, Recorder, configure_logging
@@ -68,8 +69,14 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _runtime, _mode, _options
     table = build_table(runtime.host)
+    accelerator = runtime.default_device
+    fallback = (
+        None
+        if accelerator is None
+        else Fallback(runtime, accelerator.type, enabled=runtime.settings.fallback)
+    )
     if _mode is None:
-        new_mode = mode.DeviceMode(runtime, table)
+        new_mode = mode.DeviceMode(runtime, table, fallback)
         _runtime, _mode, _options = runtime, new_mode, options
         mode.push(new_mode)
         threads.install(_enter_current_thread)
@@ -80,6 +87,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _runtime, _options = runtime, options
     _mode.runtime = runtime
     _mode.table = table
+    _mode.fallback = fallback
     mode.push(_mode)
     if runtime.host.kind != "cuda":
         facade.install(current_runtime)

@@ -23,6 +23,7 @@ import torch
 
 from torchdevice.host import Host
 from torchdevice.policy import Decision
+from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 
 __all__ = ["Handler", "build_table"]
@@ -54,6 +55,39 @@ def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) 
         kwargs["pin_memory"] = False
 
 
+_DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+
+
+def _narrow_float64(
+    rt: Runtime, func: Callable[..., Any], device: torch.device | None, dtype: Any
+) -> Any:
+    """The dtype rule (docs/fallback.md): MPS has no float64, so float64 there is float32.
+
+    Logged and reported once per call site as a ``dtype`` event. Only explicit float64
+    requests and float64 data are narrowed; a float64 *default* dtype is left to torch.
+    """
+    if dtype is torch.float64 and device is not None and device.type == rt.float64_device:
+        rt.note_event(
+            "dtype", api_name(func), f"{device}, float64", f"{device}, float32",
+            "MPS has no float64: float32 on the device",
+        )  # fmt: skip
+        return torch.float32
+    return dtype
+
+
+def _factory_dtype(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> None:  # fmt: skip
+    """Apply the dtype rule to a factory's ``dtype=`` (or its float64 data) in place."""
+    dtype = kwargs.get("dtype")
+    if dtype is None and func in _DATA_FACTORIES and args:
+        data_dtype = getattr(args[0], "dtype", None)
+        if data_dtype is torch.float64 or str(data_dtype) == "float64":
+            dtype = torch.float64
+    narrowed = _narrow_float64(rt, func, kwargs.get("device"), dtype)
+    if narrowed is not dtype:
+        kwargs["dtype"] = narrowed
+
+
 # -- handlers ---------------------------------------------------------------------------
 def factory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -71,11 +105,15 @@ def factory(
             # set_default_device users learn the hard way (DataLoader's randperm).
             kwargs["device"] = generator.device if generator is not None else default
         _drop_pin(rt, kwargs.get("device"), kwargs)
+        if rt.float64_device is not None:
+            _factory_dtype(rt, func, args, kwargs)
         return func(*args, **kwargs)
     decision = rt.decide(request)
     kwargs = dict(kwargs)
     kwargs["device"] = device = _decided(rt, decision, func)
     _drop_pin(rt, device, kwargs)
+    if rt.float64_device is not None:
+        _factory_dtype(rt, func, args, kwargs)
     return func(*args, **kwargs)
 
 
@@ -90,6 +128,8 @@ def explicit_factory(
     kwargs = dict(kwargs)
     kwargs["device"] = device = _decided(rt, decision, func)
     _drop_pin(rt, device, kwargs)
+    if rt.float64_device is not None:
+        _factory_dtype(rt, func, args, kwargs)
     return func(*args, **kwargs)
 
 
@@ -122,10 +162,32 @@ def tensor_to(
     so the result is cloned instead.
     """
     args, kwargs, decision = _rewrite_to_args(rt, func, args, kwargs, 1)
+    if rt.float64_device is not None:
+        args, kwargs = _to_dtype_rule(rt, func, args, kwargs)
     result = func(*args, **kwargs)
     if decision is not None and decision.moved and result is args[0]:
         return result.clone()
     return result
+
+
+def _to_dtype_rule(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
+    """``Tensor.to`` landing float64 on MPS: normalise the arguments, narrow the dtype."""
+    tensor = args[0]
+    copy = kwargs.get("copy", False)
+    rest = {k: v for k, v in kwargs.items() if k != "copy"}
+    with torch._C.DisableTorchFunction():  # parsing only: no mode needs to see it
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **rest)
+    target = device if device is not None else tensor.device
+    wanted = dtype if dtype is not None else tensor.dtype
+    narrowed = _narrow_float64(rt, func, target, wanted)
+    if narrowed is wanted:
+        return args, kwargs
+    new_kwargs = {
+        "device": target, "dtype": narrowed, "non_blocking": non_blocking, "copy": copy,
+        "memory_format": memory_format if memory_format is not None else torch.preserve_format,
+    }  # fmt: skip
+    return (tensor,), new_kwargs
 
 
 def parse_to(
@@ -142,7 +204,10 @@ def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: 
     if decision.action == "unchanged":
         return None
     device = _decided(rt, decision, func)
-    result = tensor.to(device, non_blocking=non_blocking, memory_format=memory_format)
+    dtype = tensor.dtype
+    if rt.float64_device is not None:
+        dtype = _narrow_float64(rt, func, device, dtype)
+    result = tensor.to(device, dtype, non_blocking=non_blocking, memory_format=memory_format)
     if result is tensor and decision.moved:
         result = result.clone()
     return result

@@ -7,7 +7,9 @@ Invariants (enforced by :func:`push` and :func:`remove`):
   whole on reconfiguration, so ``torch.compile`` guards on them see one value per
   activation.
 
-The fast path is one dict lookup: a function missing from the table is called as is.
+The fast path is one dict lookup: a function missing from the table is called as is. On
+hosts with an accelerator it also sits in a ``try`` (free until something raises) whose
+``except`` hands device-capability errors to :mod:`torchdevice.fallback`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
 
+from torchdevice.fallback import Fallback, Unsupported, is_capability_error
 from torchdevice.intercepts import Handler
 from torchdevice.runtime import Runtime
 
@@ -28,10 +31,16 @@ _EMPTY: Mapping[Callable[..., Any], Handler] = {}
 class DeviceMode(TorchFunctionMode):
     """Rewrites the device of every call in its table; passes everything else through."""
 
-    def __init__(self, runtime: Runtime, table: Mapping[Callable[..., Any], Handler]) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        table: Mapping[Callable[..., Any], Handler],
+        fallback: Fallback | None = None,
+    ) -> None:
         super().__init__()
         self.runtime = runtime
         self.table = table
+        self.fallback = fallback
 
     def __torch_function__(
         self,
@@ -41,11 +50,29 @@ class DeviceMode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         handler = self.table.get(func)
-        if handler is None:
-            if kwargs:
+        fallback = self.fallback
+        if fallback is None:  # no accelerator: nothing to fall back from
+            if handler is None:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            return handler(self.runtime, func, args, kwargs or {})
+        if kwargs is None:
+            kwargs = {}
+        if func in fallback.functions and fallback.cached(func, args, kwargs):
+            try:
+                return fallback.rerun(func, args, kwargs)
+            except Unsupported:
+                pass
+        try:
+            if handler is None:
                 return func(*args, **kwargs)
-            return func(*args)
-        return handler(self.runtime, func, args, kwargs or {})
+            return handler(self.runtime, func, args, kwargs)
+        except (NotImplementedError, RuntimeError) as error:
+            if is_capability_error(error):
+                try:
+                    return fallback.rerun(func, args, kwargs, error)
+                except Unsupported:
+                    pass
+            raise
 
     def retire(self) -> None:
         """Make the mode a pass-through in every thread where it is still stacked.
@@ -54,6 +81,7 @@ class DeviceMode(TorchFunctionMode):
         thread's, so the others' copies go inert instead.
         """
         self.table = _EMPTY
+        self.fallback = None
 
 
 def is_on_stack(mode: DeviceMode) -> bool:

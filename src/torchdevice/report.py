@@ -30,7 +30,7 @@ __all__ = [
 
 logger = logging.getLogger("torchdevice")
 
-EventKind = Literal["redirect", "fallback", "override"]
+EventKind = Literal["redirect", "fallback", "override", "dtype"]
 
 
 def configure_logging(level: str, explicit: bool) -> None:

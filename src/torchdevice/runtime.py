@@ -48,6 +48,12 @@ class Runtime:
         )
         #: Whether pinned host memory means anything here (only CUDA pins).
         self.can_pin = host.kind == "cuda"
+        #: Device type that has no float64 (MPS): the dtype rule narrows float64 there.
+        self.float64_device: str | None = (
+            self.default_device.type
+            if host.kind == "mps" and self.default_device is not None
+            else None
+        )
 
     # -- decisions ---------------------------------------------------------------------
     @property
@@ -100,28 +106,39 @@ class Runtime:
     def note(
         self, decision: Decision, api: str | Callable[..., Any], kind: EventKind = "redirect"
     ) -> None:
-        """Record a redirect at the user's call site (skipped while dynamo traces).
-
-        Walks up past torchdevice's, torch's and contextlib's frames (a cached dict lookup
-        per frame) to the first line of user code.
-        """
+        """Record a redirect at the user's call site (skipped while dynamo traces)."""
         if _is_compiling():
             return
+        requested = "none" if decision.requested is None else str(decision.requested)
+        name = api if isinstance(api, str) else api_name(api)
+        self.recorder.record(
+            self._user_site(), kind, name, requested, str(decision.device), decision.reason
+        )
+
+    def note_event(
+        self, kind: EventKind, api: str, requested: str, decided: str, reason: str
+    ) -> None:
+        """Record an event that is not a policy decision (a fallback, a dtype rule)."""
+        if _is_compiling():
+            return
+        self.recorder.record(self._user_site(), kind, api, requested, decided, reason)
+
+    def _user_site(self) -> CallSite:
+        """The first frame of user code above us (a cached dict lookup per frame).
+
+        Walks up past torchdevice's, torch's and contextlib's frames.
+        """
         frame: FrameType | None = sys._getframe(2)
         internal = callsite.is_internal
         while frame is not None and internal(frame.f_code):
             frame = frame.f_back
-        site: CallSite | None = None
-        if frame is not None:
-            key = (frame.f_code, frame.f_lineno)
-            site = self._sites.get(key)
-            if site is None:
-                site = self._sites[key] = callsite.site_of(frame)
-        else:
-            site = callsite.site_of(None)
-        requested = "none" if decision.requested is None else str(decision.requested)
-        name = api if isinstance(api, str) else api_name(api)
-        self.recorder.record(site, kind, name, requested, str(decision.device), decision.reason)
+        if frame is None:
+            return callsite.site_of(None)
+        key = (frame.f_code, frame.f_lineno)
+        site = self._sites.get(key)
+        if site is None:
+            site = self._sites[key] = callsite.site_of(frame)
+        return site
 
     def report(self) -> MigrationReport:
         """The migration report of this activation so far."""

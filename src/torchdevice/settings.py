@@ -28,6 +28,8 @@ ENV_VARS: Mapping[str, str] = {
     "TORCHDEVICE_KEEP_CPU": "keep_cpu",
     "TORCHDEVICE_HOST": "host",
     "TORCHDEVICE_REPORT": "report_path",
+    "TORCHDEVICE_FALLBACK": "fallback",
+    "TORCHDEVICE_CUDA_AVAILABLE": "cuda_available",
 }
 
 
@@ -50,6 +52,15 @@ class Settings(BaseModel):
     )
     report_path: Path | None = Field(
         None, description="Where the launcher writes the migration report (JSON if .json)."
+    )
+    fallback: bool = Field(
+        True, description="Rerun on the CPU the ops the accelerator cannot run (SPEC §4)."
+    )
+    cuda_available: bool = Field(
+        True,
+        description="What the torch.cuda facade's is_available() answers while redirecting. "
+        "Libraries such as Accelerate pick multi-GPU paths and NCCL when it is true; set it "
+        "false to make them take their CPU/MPS paths instead.",
     )
 
     @field_validator("log_level", mode="before")
