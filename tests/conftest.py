@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from torchdevice.mode import DeviceMode
 REAL_CUDA = sys.modules["torch.cuda"]
 REAL_LOAD = torch.load
 REAL_GENERATOR = torch.Generator
+REAL_SHOWWARNING = warnings.showwarning
 
 
 def torch_is_pristine() -> list[str]:
@@ -30,6 +32,8 @@ def torch_is_pristine() -> list[str]:
         problems.append("torch.Generator is replaced")
     if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
         problems.append("a DeviceMode is on this thread's function-mode stack")
+    if warnings.showwarning is not REAL_SHOWWARNING:
+        problems.append("warnings.showwarning is wrapped")
     if threading.getprofile() is not None:
         problems.append("a threading profile hook is installed")
     if torchdevice.is_enabled():

@@ -186,3 +186,23 @@ def test_cpu_and_cuda_hosts_keep_float64(spy):
     assert torch.zeros(2, device="mps", dtype=torch.float64).dtype == torch.float64
     torchdevice.enable(host=Host.cpu())
     assert torch.zeros(2, device="mps", dtype=torch.float64).dtype == torch.float64
+
+
+def test_mps_host_counts_torchs_native_fallback_warnings(spy):
+    import warnings
+
+    torchdevice.enable(host=Host.mps())
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn(
+            "The operator 'aten::erfinv.out' is not currently supported on the MPS backend "
+            "and will fall back to run on the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=1,
+        )
+    entries = [e for e in torchdevice.report().entries if e.kind == "fallback"]
+    assert [(e.api, e.requested, e.decided, e.count) for e in entries] == [
+        ("aten::erfinv.out", "mps", "cpu", 1)
+    ]
+    torchdevice.enable(host=Host.cpu())
+    assert warnings.showwarning.__module__ == "warnings"  # reconfigured: observer removed

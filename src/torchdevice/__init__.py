@@ -9,6 +9,16 @@
 
 from __future__ import annotations
 
+import os as _os
+import sys as _sys
+
+if _sys.platform == "darwin" and "torch" not in _sys.modules:
+    # PyTorch's own MPS fallback reruns unsupported MPS ops on the CPU, in backward too,
+    # where a function mode cannot reach. torch reads the variable once, at its import,
+    # so it can only be set by code that runs first: `python -m torchdevice` does, and so
+    # does `import torchdevice` before `import torch`. An explicit value is respected.
+    _os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+
 from torchdevice.activation import (
     disable,
     enable,

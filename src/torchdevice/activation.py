@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from torchdevice import facade, mode, patches, threads
+from torchdevice import fallback as fallback_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, probe_host
 from torchdevice.intercepts import build_table
@@ -81,6 +82,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         mode.push(new_mode)
         threads.install(_enter_current_thread)
         patches.install(current_runtime)
+        _observe_native_fallback(runtime)
         if runtime.host.kind != "cuda":
             facade.install(current_runtime)
         return
@@ -88,11 +90,20 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _mode.runtime = runtime
     _mode.table = table
     _mode.fallback = fallback
+    _observe_native_fallback(runtime)
     mode.push(_mode)
     if runtime.host.kind != "cuda":
         facade.install(current_runtime)
     else:
         facade.uninstall()
+
+
+def _observe_native_fallback(runtime: Runtime) -> None:
+    """Count PyTorch's own MPS fallbacks in the report on MPS hosts (none elsewhere)."""
+    if runtime.host.kind == "mps":
+        fallback_module.observe_native(current_runtime)
+    else:
+        fallback_module.unobserve_native()
 
 
 def _configure(settings: Settings, options: dict[str, Any]) -> None:
@@ -127,6 +138,7 @@ def disable() -> None:
         active = _mode
         facade.uninstall()
         patches.uninstall()
+        fallback_module.unobserve_native()
         threads.uninstall()
         mode.remove(active)
         active.retire()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 
-__all__ = ["Fallback", "is_capability_error"]
+__all__ = ["Fallback", "is_capability_error", "observe_native", "unobserve_native"]
 
 #: Messages of device-capability errors (MPS, CUDA, PrivateUse1 backends, dtype gaps).
 _CAPABILITY = re.compile(
@@ -213,3 +214,41 @@ def fallback_hint(error: BaseException) -> None:
 
 
 Unsupported = _Unsupported
+
+
+# -- PyTorch's own MPS fallback -----------------------------------------------------------
+# With PYTORCH_ENABLE_MPS_FALLBACK=1 (read by torch at import; `python -m torchdevice` sets
+# it on macOS before torch loads) torch reruns unsupported MPS ops on the CPU itself,
+# backward ops included, and says so once per op in a UserWarning. Those ops never raise,
+# so the report learns of them from the warning.
+_NATIVE = re.compile(
+    r"The operator '(?P<op>[\w:.]+)' is not currently supported on the MPS backend and "
+    r"will fall back to run on the CPU"
+)
+_original_showwarning: Callable[..., None] | None = None
+
+
+def observe_native(get_runtime: Callable[[], Runtime | None]) -> None:
+    """Count torch's native MPS fallbacks in the migration report (wraps showwarning)."""
+    global _original_showwarning
+    if _original_showwarning is not None:
+        return
+    original = warnings.showwarning
+    _original_showwarning = original
+
+    def showwarning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+        match = _NATIVE.search(str(message))
+        rt = get_runtime()
+        if match is not None and rt is not None:
+            rt.note_event("fallback", match["op"], "mps", "cpu", "PyTorch's MPS fallback (native)")
+        original(message, category, *args, **kw)
+
+    warnings.showwarning = showwarning
+
+
+def unobserve_native() -> None:
+    """Put ``warnings.showwarning`` back."""
+    global _original_showwarning
+    if _original_showwarning is not None:
+        warnings.showwarning = _original_showwarning
+        _original_showwarning = None
