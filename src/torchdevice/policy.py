@@ -38,14 +38,12 @@ __all__ = [
     "parse_request",
 ]
 
-#: Device types ``torch.device`` accepts (torch 2.13's list, in its order).
-TORCH_DEVICE_TYPES = frozenset(
-    {
-        "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",
-        "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
-        "privateuseone",
-    }
+#: Device types ``torch.device`` accepts, in the order torch 2.13's error message lists them.
+_TORCH_DEVICE_ORDER = (
+    "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",
+    "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone",
 )  # fmt: skip
+TORCH_DEVICE_TYPES = frozenset(_TORCH_DEVICE_ORDER)
 #: Device types the redirection table governs; every other type passes through.
 GOVERNED_TYPES = frozenset({"cpu", "cuda", "mps"})
 
@@ -156,7 +154,7 @@ def _parse_string(request: str, extra_types: frozenset[str]) -> DeviceSpec:
         raise DeviceRequestError(f"Invalid device string: {request!r}", request)
     device_type = match["type"]
     if device_type not in TORCH_DEVICE_TYPES and device_type not in extra_types:
-        known = ", ".join(sorted(TORCH_DEVICE_TYPES | extra_types))
+        known = ", ".join((*_TORCH_DEVICE_ORDER, *sorted(extra_types)))
         raise DeviceRequestError(
             f"Expected one of {known} device type at start of device string: {request}",
             request,

@@ -1,0 +1,283 @@
+"""Settings (argument > environment > default) and activation from the environment (SPEC §6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import SettingsError
+from torchdevice.host import Host
+from torchdevice.settings import Settings, activation_requested, load_settings
+
+# --- load_settings -----------------------------------------------------------------------
+
+
+def test_defaults():
+    settings = load_settings({}, {})
+    assert settings == Settings()
+    assert settings.model_dump() == {
+        "log_level": "WARNING",
+        "keep_cpu": False,
+        "cpu_override": False,
+        "host": None,
+        "report_path": None,
+        "fallback": True,
+        "cuda_available": True,
+    }
+
+
+def test_none_options_mean_no_arguments():
+    assert load_settings(None, {"TORCHDEVICE_LOG_LEVEL": "INFO"}).log_level == "INFO"
+
+
+@pytest.mark.parametrize(
+    ("options", "environ", "expected"),
+    [
+        pytest.param({}, {}, "WARNING", id="default"),
+        pytest.param({}, {"TORCHDEVICE_LOG_LEVEL": "DEBUG"}, "DEBUG", id="environment"),
+        pytest.param({"log_level": "ERROR"}, {}, "ERROR", id="argument"),
+        pytest.param(
+            {"log_level": "ERROR"}, {"TORCHDEVICE_LOG_LEVEL": "DEBUG"}, "ERROR", id="argument-wins"
+        ),
+        pytest.param({}, {"TORCHDEVICE_LOG_LEVEL": ""}, "WARNING", id="empty-env-is-unset"),
+    ],
+)
+def test_log_level_precedence(options, environ, expected):
+    assert load_settings(options, environ).log_level == expected
+
+
+def test_argument_overrides_an_invalid_environment_value():
+    environ = {"TORCHDEVICE_LOG_LEVEL": "LOUD", "TORCHDEVICE_KEEP_CPU": "maybe"}
+    settings = load_settings({"log_level": "INFO", "keep_cpu": True}, environ)
+    assert (settings.log_level, settings.keep_cpu) == ("INFO", True)
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "field", "expected"),
+    [
+        ("TORCHDEVICE_KEEP_CPU", "true", "keep_cpu", True),
+        ("TORCHDEVICE_KEEP_CPU", "0", "keep_cpu", False),
+        ("TORCHDEVICE_HOST", "mps", "host", "mps"),
+        ("TORCHDEVICE_REPORT", "/tmp/report.json", "report_path", Path("/tmp/report.json")),
+        ("TORCHDEVICE_FALLBACK", "false", "fallback", False),
+        ("TORCHDEVICE_CUDA_AVAILABLE", "0", "cuda_available", False),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_environment_fills_fields(variable, raw, field, expected):
+    assert getattr(load_settings({}, {variable: raw}), field) == expected
+
+
+def test_argument_beats_environment_for_every_kind_of_field():
+    environ = {
+        "TORCHDEVICE_KEEP_CPU": "true",
+        "TORCHDEVICE_HOST": "mps",
+        "TORCHDEVICE_FALLBACK": "false",
+    }
+    host = Host.cuda(2)
+    settings = load_settings({"keep_cpu": False, "host": host, "fallback": True}, environ)
+    assert settings.keep_cpu is False
+    assert settings.host == host
+    assert settings.fallback is True
+
+
+@pytest.mark.parametrize("raw", ["debug", "Debug", "dEbUg", "DEBUG"])
+def test_log_level_is_case_insensitive(raw):
+    assert load_settings({}, {"TORCHDEVICE_LOG_LEVEL": raw}).log_level == "DEBUG"
+    assert load_settings({"log_level": raw}, {}).log_level == "DEBUG"
+
+
+def test_invalid_environment_value_names_the_variable():
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings({}, {"TORCHDEVICE_LOG_LEVEL": "LOUD"})
+    assert isinstance(excinfo.value, ValueError)
+    message = str(excinfo.value)
+    assert message.startswith("invalid TORCHDEVICE_LOG_LEVEL='LOUD' from the environment: ")
+    assert "argument" not in message
+
+
+def test_invalid_environment_bool_names_the_variable():
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings({}, {"TORCHDEVICE_KEEP_CPU": "maybe"})
+    assert str(excinfo.value).startswith(
+        "invalid TORCHDEVICE_KEEP_CPU='maybe' from the environment: "
+    )
+
+
+def test_invalid_argument_value_names_the_argument():
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings({"log_level": "LOUD"}, {"TORCHDEVICE_LOG_LEVEL": "INFO"})
+    assert isinstance(excinfo.value, ValueError)
+    message = str(excinfo.value)
+    assert message.startswith("invalid log_level='LOUD' passed as an argument: ")
+    assert "environment" not in message
+    assert "TORCHDEVICE_LOG_LEVEL" not in message
+
+
+def test_invalid_host_argument():
+    with pytest.raises(SettingsError, match=r"^invalid host='gpu' passed as an argument: "):
+        load_settings({"host": "gpu"}, {})
+
+
+def test_unknown_option_is_a_type_error_naming_it():
+    with pytest.raises(TypeError) as excinfo:
+        load_settings({"log_levle": "INFO"}, {})
+    assert not isinstance(excinfo.value, SettingsError)
+    message = str(excinfo.value)
+    assert "'log_levle'" in message
+    assert "log_level" in message.split("known options:")[1]
+
+
+def test_settings_are_frozen():
+    settings = load_settings({}, {})
+    with pytest.raises(ValueError, match="frozen"):
+        settings.log_level = "DEBUG"
+
+
+# --- activation_requested ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        pytest.param({}, False, id="unset"),
+        pytest.param({"ACTIVATE_TORCH_DEVICE": "1"}, True, id="activate-1"),
+        pytest.param({"ACTIVATE_TORCH_DEVICE": "0"}, False, id="activate-0"),
+        pytest.param({"ACTIVATE_TORCH_DEVICE": ""}, False, id="activate-empty"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "true"}, True, id="allow-true"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "TRUE"}, True, id="allow-TRUE"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "True"}, True, id="allow-True"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "1"}, False, id="allow-1"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "yes"}, False, id="allow-yes"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "false"}, False, id="allow-false"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": ""}, False, id="allow-empty"),
+        pytest.param(
+            {"ACTIVATE_TORCH_DEVICE": "0", "TORCH_ALLOW_REDIRECTS": "true"}, True, id="either"
+        ),
+        pytest.param(
+            {"ACTIVATE_TORCH_DEVICE": "1", "TORCH_ALLOW_REDIRECTS": "false"}, True, id="either-2"
+        ),
+    ],
+)
+def test_activation_requested(environ, expected):
+    assert activation_requested(environ) is expected
+
+
+@pytest.mark.parametrize("raw", ["yes", "true", "2"])
+def test_activate_torch_device_other_values_are_an_error(raw):
+    with pytest.raises(SettingsError) as excinfo:
+        activation_requested({"ACTIVATE_TORCH_DEVICE": raw})
+    assert isinstance(excinfo.value, ValueError)
+    assert str(excinfo.value).startswith(
+        f"invalid ACTIVATE_TORCH_DEVICE={raw!r} from the environment: "
+    )
+
+
+def test_activation_requested_reads_os_environ_by_default(monkeypatch):
+    monkeypatch.delenv("ACTIVATE_TORCH_DEVICE", raising=False)
+    monkeypatch.delenv("TORCH_ALLOW_REDIRECTS", raising=False)
+    assert activation_requested() is False
+    monkeypatch.setenv("TORCH_ALLOW_REDIRECTS", "True")
+    assert activation_requested() is True
+    monkeypatch.delenv("TORCH_ALLOW_REDIRECTS")
+    monkeypatch.setenv("ACTIVATE_TORCH_DEVICE", "1")
+    assert activation_requested() is True
+
+
+def test_load_settings_reads_os_environ_by_default(monkeypatch):
+    monkeypatch.setenv("TORCHDEVICE_LOG_LEVEL", "error")
+    assert load_settings().log_level == "ERROR"
+
+
+# --- activation at import, in a fresh interpreter ----------------------------------------
+
+CPU_ONLY = not torch.cuda.is_available() and not torch.backends.mps.is_available()
+
+PROBE = """
+import torch, torchdevice
+print(torchdevice.is_enabled())
+try:
+    device = torch.zeros(1, device="cuda").device
+except Exception as exc:
+    print(type(exc).__name__)
+else:
+    print(device)
+"""
+
+IMPORT_CASES = {
+    "activate": {"ACTIVATE_TORCH_DEVICE": "1"},
+    "allow-TRUE": {"TORCH_ALLOW_REDIRECTS": "TRUE"},
+    "neither": {},
+    "activate-yes": {"ACTIVATE_TORCH_DEVICE": "yes"},
+}
+
+
+def _clean_environ(extra):
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+        and not name.startswith("TORCHDEVICE_")
+    }
+    environ.update(extra)
+    return environ
+
+
+@pytest.fixture(scope="module")
+def imports():
+    """Run every case's interpreter at once (each takes seconds to import torch)."""
+    running = {
+        case: subprocess.Popen(
+            [sys.executable, "-c", PROBE],
+            env=_clean_environ(extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for case, extra in IMPORT_CASES.items()
+    }
+    results = {}
+    for case, process in running.items():
+        stdout, stderr = process.communicate(timeout=120)
+        results[case] = (process.returncode, stdout, stderr)
+    return results
+
+
+def _native_cuda_error():
+    assert not torchdevice.is_enabled()
+    try:
+        torch.zeros(1, device="cuda")
+    except Exception as exc:  # whatever torch raises natively
+        return type(exc).__name__
+    pytest.fail("creating a CUDA tensor succeeded on a host without CUDA")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CPU_ONLY, reason="expects a CPU-only host (no CUDA, no MPS)")
+@pytest.mark.parametrize("case", ["activate", "allow-TRUE"])
+def test_environment_enables_at_import(imports, case):
+    returncode, stdout, stderr = imports[case]
+    assert returncode == 0, stderr
+    assert stdout.split() == ["True", "cpu"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CPU_ONLY, reason="expects a CPU-only host (no CUDA, no MPS)")
+def test_without_the_variables_nothing_happens_at_import(imports):
+    returncode, stdout, stderr = imports["neither"]
+    assert returncode == 0, stderr
+    assert stdout.split() == ["False", _native_cuda_error()]
+
+
+@pytest.mark.slow
+def test_invalid_activate_value_fails_the_import(imports):
+    returncode, stdout, stderr = imports["activate-yes"]
+    assert returncode == 1
+    assert stdout == ""
+    assert "torchdevice.errors.SettingsError: invalid ACTIVATE_TORCH_DEVICE='yes'" in stderr
