@@ -83,8 +83,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         threads.install(_enter_current_thread)
         patches.install(current_runtime)
         _observe_native_fallback(runtime)
-        if runtime.host.kind != "cuda":
-            facade.install(current_runtime)
+        facade.install(current_runtime)  # per host: torch.cuda off CUDA, torch.mps off MPS
         return
     _runtime, _options = runtime, options
     _mode.runtime = runtime
@@ -92,10 +91,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _mode.fallback = fallback
     _observe_native_fallback(runtime)
     mode.push(_mode)
-    if runtime.host.kind != "cuda":
-        facade.install(current_runtime)
-    else:
-        facade.uninstall()
+    facade.install(current_runtime)  # adapts the facades to the new host
 
 
 def _observe_native_fallback(runtime: Runtime) -> None:

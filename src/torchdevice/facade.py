@@ -1,11 +1,26 @@
 """The ``torch.cuda`` facade: CUDA-first code asks CUDA questions, the real device answers.
 
-Installed as ``sys.modules["torch.cuda"]`` and ``torch.cuda`` when the host has no CUDA,
-and put back exactly on disable. It answers what this module overrides from the runtime's
-host and delegates every other attribute to the real ``torch.cuda`` module (so
-``torch.cuda.amp`` and friends still import through it).
+Installed as ``sys.modules["torch.cuda"]`` and ``torch.cuda`` on hosts without CUDA, and put
+back exactly on disable. Its contents come from small modules, each named after what it
+holds: :mod:`~torchdevice.cuda_device` (availability, device selection, properties, RNG),
+:mod:`~torchdevice.cuda_memory`, :mod:`~torchdevice.cuda_streams` (streams, events,
+``synchronize``), :mod:`~torchdevice.legacy_types` (``torch.cuda.FloatTensor``...),
+:mod:`~torchdevice.cuda_nvtx` and :mod:`~torchdevice.cuda_only` (CUDA graphs, IPC, NCCL...:
+clear errors). Every other name is looked up on the real module.
 
-On a CUDA host the real module stays: CUDA code needs no facade there.
+Submodules import through it: ``torch.cuda.random``, ``.memory``, ``.streams``, ``.nvtx``,
+``.graphs``, ``.jiterator``, ``.nccl``, ``.comm``, ``.profiler`` are facades too, swapped
+into ``sys.modules`` alongside; ``torch.cuda.amp`` is the real package, whose autocast and
+GradScaler :mod:`~torchdevice.amp` rewrites to the real device type.
+
+:func:`install` also puts the ``torch.mps`` facade in place on hosts without MPS
+(:mod:`~torchdevice.mps_facade`) and the amp rewrite on every host. On a CUDA host the real
+``torch.cuda`` stays: CUDA code needs no facade there.
+
+Disabling clears ``torch.get_device_module``'s cache (it caches ``torch.cuda``) and repairs
+torch modules first imported while the facade was in place (see
+:func:`~torchdevice.facade_module.rebind_imported`), so a ``torch.compile`` that first ran
+while redirecting still compiles natively afterwards.
 """
 
 from __future__ import annotations
@@ -17,131 +32,214 @@ from typing import Any
 
 import torch
 
+from torchdevice import (
+    amp,
+    cuda_device,
+    cuda_memory,
+    cuda_nvtx,
+    cuda_only,
+    cuda_streams,
+    facade_module,
+    legacy_types,
+    mps_facade,
+    real_device,
+)
+from torchdevice.facade_module import FacadeModule, Placement
 from torchdevice.runtime import Runtime
 
-__all__ = ["CudaFacade", "install", "installed", "uninstall"]
+__all__ = ["build_cuda_facade", "install", "installed", "uninstall"]
 
-_REAL_CUDA: types.ModuleType = sys.modules["torch.cuda"]
+_REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
 
-
-class CudaFacade(types.ModuleType):
-    """A module object standing in for ``torch.cuda`` while redirecting.
-
-    Only the answers that must reflect the policy are defined here; everything else is
-    looked up on the real module at access time.
-    """
-
-    def __init__(self, get_runtime: Callable[[], Runtime | None]) -> None:
-        super().__init__("torch.cuda", _REAL_CUDA.__doc__)
-        self.__dict__.update(
-            {
-                "__file__": getattr(_REAL_CUDA, "__file__", None),
-                "__path__": getattr(_REAL_CUDA, "__path__", []),
-                "__package__": "torch.cuda",
-                "__spec__": _REAL_CUDA.__spec__,
-                "__torchdevice_real__": _REAL_CUDA,
-            }
-        )
-        self._get_runtime = get_runtime
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_REAL_CUDA, name)
-
-    def _runtime(self) -> Runtime:
-        rt = self._get_runtime()
-        if rt is None:  # pragma: no cover - uninstalled before any call can reach here
-            raise RuntimeError("torchdevice's torch.cuda facade was used after disable()")
-        return rt
-
-    def is_available(self) -> bool:
-        """True while redirecting: CUDA requests land on a real device (SPEC §3)."""
-        return True
-
-    def is_initialized(self) -> bool:
-        """The redirect target is always ready."""
-        return True
-
-    def device_count(self) -> int:
-        """How many devices CUDA indices can address: the MPS device or the CPU, one."""
-        return self._runtime().host.device_count
-
-    def current_device(self) -> int:
-        """Always 0: every ``cuda:n`` lands on the host's single redirect target."""
-        return 0
-
-    def get_device_name(self, device: Any = None) -> str:
-        """The real name of the device CUDA requests land on."""
-        rt = self._runtime()
-        if device is not None:
-            rt.decide(device)  # a malformed request raises as torch would
-        return rt.host.device_name(0)
+_DEVICE_NAMES = (
+    "is_available", "is_initialized", "init", "_lazy_init", "device_count",
+    "current_device", "set_device", "_get_device_index", "_exchange_device",
+    "_maybe_exchange_device", "device", "device_of", "get_device_name",
+    "get_device_properties", "get_device_capability", "is_bf16_supported",
+    "is_tf32_supported", "is_current_stream_capturing", "ipc_collect", "utilization",
+    "temperature", "power_draw", "clock_rate", "memory_usage", "device_memory_used",
+)  # fmt: skip
+_RNG_NAMES = (
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+    "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+)  # fmt: skip
+_MEMORY_NAMES = tuple(n for n in cuda_memory.__all__ if n not in ("MemoryTracker", "tracker"))
+_STREAM_NAMES = tuple(cuda_streams.__all__)
+_NVTX_NAMES = ("mark", "range", "range_end", "range_pop", "range_push", "range_start")
+_ALLOCATOR_NAMES = (
+    "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
+    "use_mem_pool", "memory_snapshot",
+)  # fmt: skip
 
 
-    # -- RNG: the generator of the device CUDA tensors really land on ----------------
-    # Implemented on the generator object, never through torch.manual_seed, which itself
-    # calls torch.cuda.manual_seed_all (it would recurse).
-    def _generator(self) -> torch.Generator:
-        if self._runtime().host.kind == "mps":
-            from torch.mps import _get_default_mps_generator  # noqa: PLC0415 - MPS only
-
-            return _get_default_mps_generator()
-        return torch.default_generator
-
-    def manual_seed(self, seed: int) -> None:
-        """Seed the real device's default generator."""
-        self._generator().manual_seed(int(seed))
-
-    def manual_seed_all(self, seed: int) -> None:
-        """Seed every device: there is one."""
-        self.manual_seed(seed)
-
-    def seed(self) -> None:
-        """Seed the real device's generator non-deterministically."""
-        self._generator().seed()
-
-    def seed_all(self) -> None:
-        """Seed every device non-deterministically: there is one."""
-        self.seed()
-
-    def initial_seed(self) -> int:
-        """The real device generator's initial seed."""
-        return int(self._generator().initial_seed())
-
-    def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
-        """The real device generator's state (a CPU uint8 tensor, as CUDA's is)."""
-        return self._generator().get_state()
-
-    def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
-        """Restore the real device generator's state."""
-        self._generator().set_state(new_state)
-
-    def get_rng_state_all(self) -> list[torch.Tensor]:
-        """One state per device: one device."""
-        return [self.get_rng_state()]
-
-    def set_rng_state_all(self, new_states: Any) -> None:
-        """Restore the states of every device: the first is the only one."""
-        self.set_rng_state(list(new_states)[0])
+def _pick(module: types.ModuleType, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(module, name) for name in names}
 
 
-_facade: CudaFacade | None = None
+def _unsupported_everywhere(prefix: str) -> Callable[[str], Any]:
+    """For modules that are CUDA-only as a whole: every public name raises when called."""
+
+    def fallback(name: str) -> Any:
+        return cuda_only.unsupported(f"{prefix}.{name}", prefix)
+
+    return fallback
+
+
+def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
+    """The ``torch.cuda`` facade and its submodule facades (keyed by full name)."""
+    rng = _pick(cuda_device, _RNG_NAMES)
+    default_generators = {"default_generators": cuda_device.default_generators}
+    allocator: dict[str, Any] = {name: cuda_only.unsupported(f"torch.cuda.{name}")
+                                 for name in _ALLOCATOR_NAMES}  # fmt: skip
+    allocator.update(
+        CUDAPluggableAllocator=cuda_only.CUDAPluggableAllocator, MemPool=cuda_only.MemPool
+    )
+    graphs = {
+        "CUDAGraph": cuda_only.CUDAGraph,
+        "graph": cuda_only.graph,
+        "make_graphed_callables": cuda_only.unsupported("torch.cuda.make_graphed_callables"),
+        "graph_pool_handle": cuda_only.unsupported("torch.cuda.graph_pool_handle"),
+        "is_current_stream_capturing": cuda_device.is_current_stream_capturing,
+    }
+    memory_private = {
+        name: cuda_only.unsupported(f"torch.cuda.memory.{name}")
+        for name in ("_record_memory_history", "_snapshot", "_dump_snapshot")
+    }
+    real_sub = _REAL_CUDA.__dict__
+    subs = {
+        "random": FacadeModule("torch.cuda.random", real_sub.get("random"), rng,
+                               dynamic=default_generators),
+        "memory": FacadeModule(
+            "torch.cuda.memory", real_sub.get("memory"),
+            {**_pick(cuda_memory, _MEMORY_NAMES), **allocator, **memory_private},
+        ),
+        "streams": FacadeModule("torch.cuda.streams", real_sub.get("streams"),
+                                _pick(cuda_streams, ("Stream", "Event", "ExternalStream"))),
+        "nvtx": FacadeModule("torch.cuda.nvtx", real_sub.get("nvtx"),
+                             _pick(cuda_nvtx, _NVTX_NAMES)),
+        "profiler": FacadeModule("torch.cuda.profiler", real_sub.get("profiler"),
+                                 _pick(cuda_nvtx, ("start", "stop", "profile"))),
+        "graphs": FacadeModule("torch.cuda.graphs", real_sub.get("graphs"), graphs),
+        "jiterator": FacadeModule("torch.cuda.jiterator", real_sub.get("jiterator"), {
+            name: cuda_only.unsupported(f"torch.cuda.jiterator.{name}")
+            for name in ("_create_jit_fn", "_create_multi_output_jit_fn")
+        }),
+        "nccl": FacadeModule("torch.cuda.nccl", None,
+                             {"is_available": cuda_only.nccl_is_available},
+                             fallback=_unsupported_everywhere("torch.cuda.nccl")),
+        "comm": FacadeModule("torch.cuda.comm", None, {},
+                             fallback=_unsupported_everywhere("torch.cuda.comm")),
+        "_utils": FacadeModule("torch.cuda._utils", real_sub.get("_utils"),
+                               {"_get_device_index": cuda_device._get_device_index}),
+    }  # fmt: skip
+    namespace: dict[str, Any] = {}
+    namespace.update(_pick(cuda_device, _DEVICE_NAMES))
+    namespace.update(rng)
+    namespace.update(_pick(cuda_memory, _MEMORY_NAMES))
+    namespace.update(_pick(cuda_streams, _STREAM_NAMES))
+    namespace.update(legacy_types.legacy_types())
+    namespace.update(allocator)
+    namespace.update(graphs)
+    namespace["cudart"] = cuda_only.unsupported("torch.cuda.cudart")
+    namespace.update(subs)
+    cuda = FacadeModule("torch.cuda", _REAL_CUDA, namespace, dynamic=default_generators)
+    return cuda, {f"torch.cuda.{name}": module for name, module in subs.items()}
+
+
+_placement = Placement()
+_cuda_modules: list[FacadeModule] = []
+_modules_before: set[str] | None = None
+
+
+def _clear_device_module_cache() -> None:
+    """``torch.get_device_module`` caches ``getattr(torch, "cuda")``: forget it."""
+    cache_clear = getattr(torch.get_device_module, "cache_clear", None)
+    if cache_clear is not None:
+        cache_clear()
+
+
+def _install_cuda() -> None:
+    if _placement:
+        return
+    cuda, subs = build_cuda_facade()
+    _cuda_modules[:] = [cuda, *subs.values()]
+    _placement.put("torch.cuda", cuda, torch, "cuda")
+    for key, module in subs.items():
+        _placement.put(key, module)
+
+
+def _uninstall_cuda() -> None:
+    _placement.restore()
+    _cuda_modules.clear()
+
+
+def _facade_objects() -> dict[int, Any]:
+    mapping: dict[int, Any] = {}
+    for module in _cuda_modules:
+        mapping.update(facade_module.facade_objects(module))
+    mapping.update(mps_facade.facade_objects())
+    return mapping
 
 
 def install(get_runtime: Callable[[], Runtime | None]) -> None:
-    """Swap the facade into ``sys.modules`` and onto ``torch``."""
-    global _facade
-    if _facade is None:
-        _facade = CudaFacade(get_runtime)
-    sys.modules["torch.cuda"] = _facade
-    torch.cuda = _facade  # type: ignore[assignment]
+    """Put every facade the current host needs in place (idempotent; adapts to the host).
+
+    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without MPS, the amp
+    rewrite everywhere.
+    """
+    global _modules_before
+    rt = get_runtime()
+    kind = rt.host.kind if rt is not None else "cpu"
+    if _modules_before is None:
+        _modules_before = set(sys.modules)
+    real_device.bind(get_runtime)
+    amp.install(get_runtime)
+    if kind == "cuda":
+        _uninstall_cuda()
+    else:
+        _install_cuda()
+    if kind == "mps":
+        mps_facade.uninstall()
+    else:
+        mps_facade.install()
+    _clear_device_module_cache()
 
 
 def uninstall() -> None:
-    """Put the real ``torch.cuda`` back, the very same module object."""
-    global _facade
-    sys.modules["torch.cuda"] = _REAL_CUDA
-    torch.cuda = _REAL_CUDA  # type: ignore[assignment]
-    _facade = None
+    """Put the real ``torch.cuda``/``torch.mps`` back, the very same module objects.
+
+    Torch modules imported while a facade was in place get the real objects back in the
+    tables they built at import; dynamo's cached trace rules are rebuilt lazily.
+    """
+    global _modules_before
+    mapping = _facade_objects()
+    _uninstall_cuda()
+    mps_facade.uninstall()
+    amp.uninstall()
+    real_device.unbind()
+    _clear_device_module_cache()
+    if _modules_before is not None:
+        imported = [name for name in set(sys.modules) - _modules_before
+                    if name == "torch" or name.startswith("torch.")]  # fmt: skip
+        _modules_before = None
+        if mapping and imported:
+            facade_module.rebind_imported(sorted(imported), mapping)
+            _adopt_submodules()
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    clear = getattr(trace_rules, "clear_lru_cache", None)
+    if clear is not None:
+        clear()
+
+
+def _adopt_submodules() -> None:
+    """Real ``torch.cuda``/``torch.mps`` submodules imported through a facade become
+    attributes of the real parent, as a native import would have made them."""
+    for parent in (_REAL_CUDA, real_device.REAL_MPS):
+        prefix = parent.__name__ + "."
+        for key, module in list(sys.modules.items()):
+            child = key[len(prefix) :]
+            if key.startswith(prefix) and "." not in child and child not in parent.__dict__:
+                setattr(parent, child, module)
 
 
 def installed() -> bool:

@@ -242,8 +242,14 @@ def tensor_cpu(
 def tensor_type(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Tensor.type("torch.cuda.FloatTensor")``: the dtype natively, the device redirected."""
+    """``Tensor.type("torch.cuda.FloatTensor")``: the dtype natively, the device redirected.
+
+    The legacy classes (``t.type(torch.cuda.FloatTensor)``, the real ones or the facade's
+    stand-ins) are read by their ``torch.cuda`` name.
+    """
     dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+    if isinstance(dtype, type) and getattr(dtype, "__module__", None) == "torch.cuda":
+        dtype = f"torch.cuda.{dtype.__name__}"
     if not (isinstance(dtype, str) and dtype.startswith("torch.cuda.")):
         return func(*args, **kwargs)
     decision = rt.decide("cuda")

@@ -1,0 +1,88 @@
+"""Automatic mixed precision for a foreign accelerator, rewritten to the real device.
+
+``torch.autocast("cuda")`` (and ``torch.amp.autocast``, ``torch.cuda.amp.autocast``) never
+reaches a function mode, and an autocast for a device type no tensor lives on is silently a
+no-op: the model would run in float32 while the code believes it runs in float16. So while
+redirecting, the constructors of autocast and ``GradScaler`` take the device type through
+the policy: ``"cuda"`` becomes ``"mps"`` or ``"cpu"``, ``"mps"`` becomes ``"cuda"`` or
+``"cpu"``. A ``dtype`` the code did not give is the real device's autocast default
+(bfloat16 on the CPU). ``"cpu"`` is never rewritten: torch itself builds CPU autocast
+contexts (``torch.utils.checkpoint``) that must keep meaning the CPU.
+
+The patch is on ``__init__`` of the real classes, so ``isinstance`` and torch.compile's
+recognition of autocast are untouched; it is removed exactly on disable.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.amp.autocast_mode
+import torch.amp.grad_scaler
+
+from torchdevice.runtime import Runtime
+
+__all__ = ["install", "installed", "uninstall"]
+
+_AUTOCAST = torch.amp.autocast_mode.autocast
+_SCALER = torch.amp.grad_scaler.GradScaler
+_ORIGINAL_AUTOCAST_INIT = _AUTOCAST.__dict__["__init__"]
+_ORIGINAL_SCALER_INIT = _SCALER.__dict__["__init__"]
+_REWRITTEN = ("cuda", "mps")
+
+RuntimeGetter = Callable[[], "Runtime | None"]
+_get_runtime: RuntimeGetter = lambda: None  # noqa: E731 - replaced by install()
+
+
+def real_device_type(device_type: Any, api: str) -> Any:
+    """The device type an autocast/GradScaler for ``device_type`` must really use."""
+    rt = _get_runtime()
+    if rt is None or not isinstance(device_type, str) or device_type not in _REWRITTEN:
+        return device_type
+    decision = rt.decide(device_type)
+    if not decision.moved:
+        return device_type
+    rt.note(decision, api)
+    return decision.device.type
+
+
+@functools.wraps(_ORIGINAL_AUTOCAST_INIT)
+def _autocast_init(
+    self: Any,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    enabled: bool = True,
+    cache_enabled: bool | None = None,
+) -> None:
+    _ORIGINAL_AUTOCAST_INIT(
+        self, real_device_type(device_type, "torch.autocast"), dtype, enabled, cache_enabled
+    )
+
+
+@functools.wraps(_ORIGINAL_SCALER_INIT)
+def _scaler_init(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+    _ORIGINAL_SCALER_INIT(self, real_device_type(device, "torch.amp.GradScaler"), *args, **kwargs)
+
+
+def install(get_runtime: RuntimeGetter) -> None:
+    """Rewrite autocast/GradScaler device types for the activation ``get_runtime`` returns."""
+    global _get_runtime
+    _get_runtime = get_runtime
+    _AUTOCAST.__init__ = _autocast_init  # type: ignore[method-assign]
+    _SCALER.__init__ = _scaler_init  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    """Put the original constructors back (the very same function objects)."""
+    global _get_runtime
+    _AUTOCAST.__init__ = _ORIGINAL_AUTOCAST_INIT  # type: ignore[method-assign]
+    _SCALER.__init__ = _ORIGINAL_SCALER_INIT  # type: ignore[method-assign]
+    _get_runtime = lambda: None  # noqa: E731
+
+
+def installed() -> bool:
+    """Whether the rewrite is in place."""
+    return _AUTOCAST.__dict__["__init__"] is _autocast_init

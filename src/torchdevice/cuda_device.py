@@ -1,0 +1,292 @@
+"""``torch.cuda`` device queries and RNG, answered by the device tensors really live on.
+
+Every ``cuda:n`` lands on the host's single redirect target (the MPS device or the CPU),
+so there is one device: ``device_count()`` is 1, ``current_device()`` is 0, and selecting
+another index (``set_device``, ``with torch.cuda.device(i)``) is accepted wherever the
+policy accepts ``cuda:i`` and changes nothing.
+
+Whether ``is_available()`` answers true is an option (``cuda_available`` in the
+activation's settings, true by default while redirecting): true lets CUDA-first code take
+its CUDA branch, which torchdevice then redirects; false makes it take its CPU branch
+(``device_count()`` is then 0), which matters to launchers such as Accelerate that pick
+multi-GPU and NCCL when CUDA is available.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from torchdevice import real_device
+from torchdevice.cuda_properties import DeviceProperties, properties_of
+from torchdevice.errors import UnsupportedFeatureError
+
+__all__ = [
+    "device",
+    "device_count",
+    "device_of",
+    "get_device_capability",
+    "get_device_name",
+    "get_device_properties",
+    "get_rng_state",
+    "get_rng_state_all",
+    "initial_seed",
+    "is_available",
+    "is_bf16_supported",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "set_rng_state",
+    "set_rng_state_all",
+]
+
+_COMPILER = "torch._inductor"
+
+
+def advertised() -> bool:
+    """Whether the facades report their device as available (the ``cuda_available`` option).
+
+    Read with a default so a runtime built from older settings still answers.
+    """
+    return bool(getattr(real_device.runtime().settings, "cuda_available", True))
+
+
+def _checked(device: Any) -> int:
+    """The index a ``device=`` argument names on the single target: always 0.
+
+    Raises as torch would for what the policy rejects (malformed strings, negatives).
+    """
+    if device is not None and not (isinstance(device, int) and device < 0):
+        real_device.runtime().decide(device)
+    return 0
+
+
+def asked_by_compiler(depth: int = 2) -> bool:
+    """Whether the caller ``depth`` frames up is torch's code generator (inductor).
+
+    Inductor enumerates GPU backends (``getattr(torch, t).is_available()``, asserting at
+    most one) to pick the code generator for the device tensors really live on, so it
+    must see the truth. Dynamo's constant folding of user code is not inductor: it sees
+    what the user sees, so compiled and eager code branch alike.
+    """
+    if torch.compiler.is_dynamo_compiling():  # dynamo tracing user code: never its frames
+        return False
+    caller = sys._getframe(depth).f_globals.get("__name__", "")
+    return isinstance(caller, str) and (caller == _COMPILER or caller.startswith(_COMPILER + "."))
+
+
+def is_available() -> bool:
+    """True while redirecting (unless ``cuda_available=False``): CUDA requests land on a
+    real device (SPEC §3). Torch's inductor gets the real answer (see
+    :func:`asked_by_compiler`)."""
+    if asked_by_compiler():
+        return bool(real_device.REAL_CUDA.is_available())
+    return advertised()
+
+
+def is_initialized() -> bool:
+    """The redirect target needs no initialisation: always ready."""
+    return True
+
+
+def init() -> None:
+    """Nothing to initialise: the real device initialises itself on first use."""
+
+
+def _lazy_init() -> None:
+    """torch's own lazy-CUDA-init hook: nothing to do on the real device."""
+
+
+def device_count() -> int:
+    """How many devices CUDA indices address: one (the MPS device or the CPU), 0 if hidden."""
+    return real_device.runtime().host.device_count if advertised() else 0
+
+
+def current_device() -> int:
+    """Always 0: every ``cuda:n`` lands on the host's single redirect target."""
+    return 0
+
+
+def set_device(device: Any) -> None:
+    """Accept any index the policy accepts; there is one device, so nothing changes."""
+    _checked(device)
+
+
+def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
+    """torch's helper: the index of ``device`` on the single target, 0."""
+    return _checked(device)
+
+
+def _exchange_device(device: int) -> int:
+    """Select ``device`` and return the previous index (both 0)."""
+    _checked(device)
+    return 0
+
+
+def _maybe_exchange_device(device: int) -> int:
+    """As :func:`_exchange_device`."""
+    return _exchange_device(device)
+
+
+class device:
+    """``with torch.cuda.device(i):`` selects device ``i`` for the block (one device: 0)."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = _checked(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        self.prev_idx = current_device()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+class device_of(device):
+    """``with torch.cuda.device_of(tensor):`` the device of ``tensor`` (the single one)."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(None)
+
+
+def get_device_name(device: Any = None) -> str:
+    """The real name of the device CUDA requests land on."""
+    _checked(device)
+    return real_device.runtime().host.device_name(0)
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    """The real device's properties under CUDA's field names (see cuda_properties)."""
+    _checked(device)
+    return properties_of(real_device.current(), get_device_name())
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """``(0, 0)``: the real device has no CUDA compute capability (see cuda_properties)."""
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether bfloat16 runs on the real device."""
+    return real_device.current().bf16_supported(including_emulation)
+
+
+def is_tf32_supported() -> bool:
+    """TF32 is an NVIDIA tensor-core format: neither CPUs nor Apple GPUs have it."""
+    return False
+
+
+def is_current_stream_capturing() -> bool:
+    """No CUDA graph is ever being captured here (torch's optimizers ask)."""
+    return False
+
+
+def ipc_collect() -> None:
+    """No CUDA IPC handle can exist off CUDA, so there is nothing to collect."""
+
+
+def _constant_for_compile(*functions: Any) -> None:
+    """Let torch.compile call these for real and use the result as a constant.
+
+    Their answers are fixed for an activation, and their bodies (psutil, sysfs) cannot
+    be traced. ``_dynamo_marked_constant`` is what ``torch.compiler.assume_constant_result``
+    sets; setting it directly avoids importing dynamo (1.5 s) at torchdevice's import.
+    """
+    for function in functions:
+        function._dynamo_marked_constant = True
+
+
+_constant_for_compile(
+    get_device_name, get_device_properties, get_device_capability, is_bf16_supported,
+    device_count,
+)  # fmt: skip
+
+
+def _nvml_unsupported(name: str) -> Any:
+    def query(device: Any = None) -> Any:
+        raise UnsupportedFeatureError(
+            f"torch.cuda.{name} (an NVML query of an NVIDIA GPU)",
+            "Read host load and memory with psutil (psutil.cpu_percent(), "
+            "psutil.virtual_memory()) instead.",
+        )
+
+    query.__name__ = query.__qualname__ = name
+    query.__doc__ = f"``torch.cuda.{name}`` asks NVML: CUDA-only."
+    return query
+
+
+utilization = _nvml_unsupported("utilization")
+temperature = _nvml_unsupported("temperature")
+power_draw = _nvml_unsupported("power_draw")
+clock_rate = _nvml_unsupported("clock_rate")
+memory_usage = _nvml_unsupported("memory_usage")
+device_memory_used = _nvml_unsupported("device_memory_used")
+
+
+# -- RNG: the generator of the device CUDA tensors really land on --------------------------
+# Implemented on the generator object, never through torch.manual_seed, which itself
+# calls torch.cuda.manual_seed_all (it would recurse).
+def _generator() -> torch.Generator:
+    return real_device.current().generator()
+
+
+def default_generators() -> tuple[torch.Generator, ...]:
+    """``torch.cuda.default_generators``: the real device's generator, one device."""
+    return (_generator(),)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the real device's default generator."""
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every device: there is one."""
+    manual_seed(seed)
+
+
+def seed() -> None:
+    """Seed the real device's generator non-deterministically."""
+    _generator().seed()
+
+
+def seed_all() -> None:
+    """Seed every device non-deterministically: there is one."""
+    seed()
+
+
+def initial_seed() -> int:
+    """The real device generator's initial seed."""
+    return int(_generator().initial_seed())
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    """The real device generator's state (a CPU uint8 tensor, as CUDA's is)."""
+    _checked(device)
+    return _generator().get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+    """Restore the real device generator's state."""
+    _checked(device)
+    _generator().set_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """One state per device: one device."""
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: Any) -> None:
+    """Restore the states of every device: the first is the only one."""
+    set_rng_state(next(iter(new_states)))

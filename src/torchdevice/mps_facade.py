@@ -1,0 +1,232 @@
+"""The ``torch.mps`` facade: MPS-first code on CUDA and CPU-only hosts.
+
+The other direction of the ``torch.cuda`` facade. Installed at ``sys.modules["torch.mps"]``
+and ``torch.mps`` (with ``torch.mps.event`` and ``torch.mps.profiler``), and
+``torch.backends.mps`` answering ``is_available()``/``is_built()`` true while redirecting
+(the ``cuda_available`` option), on every host that is not an MPS host. The answers
+come from the device "mps" requests really land on: the CUDA GPU (through the real
+``torch.cuda``) or the CPU. The Metal profiler is a no-op (no Metal device can be traced);
+Metal shaders and GPU captures raise :class:`~torchdevice.errors.UnsupportedFeatureError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from torchdevice import cuda_device, cuda_memory, cuda_only, facade_module, real_device
+from torchdevice.cuda_streams import Event as _Event
+from torchdevice.facade_module import FacadeModule, Placement
+
+__all__ = ["Event", "install", "installed", "uninstall"]
+
+REAL_MPS = real_device.REAL_MPS
+REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
+
+
+def is_available() -> bool:
+    """True while redirecting (``cuda_available``): "mps" requests land on a real device.
+
+    Torch's inductor gets the real answer (see :func:`cuda_device.asked_by_compiler`).
+    """
+    if cuda_device.asked_by_compiler():
+        return bool(REAL_MPS.is_available())
+    return cuda_device.advertised()
+
+
+def is_built() -> bool:
+    """As :func:`is_available`: MPS-first code checks both before using "mps"."""
+    return cuda_device.advertised()
+
+
+def device_count() -> int:
+    """One device, as on an Apple GPU (0 when the facade hides it)."""
+    return 1 if cuda_device.advertised() else 0
+
+
+def get_name() -> str:
+    """The real device's name."""
+    return real_device.runtime().host.device_name(0)
+
+
+def get_core_count() -> int:
+    """The real device's processor count (SMs on CUDA, logical CPUs on a CPU)."""
+    return real_device.current().processor_count()
+
+
+def synchronize() -> None:
+    """Wait for all work on the real device."""
+    real = real_device.current()
+    real.synchronize()
+    cuda_memory.tracker(real).sample()
+
+
+def _generator() -> torch.Generator:
+    return real_device.current().generator()
+
+
+def _get_default_mps_generator() -> torch.Generator:
+    """The generator "mps" tensors really draw from."""
+    return _generator()
+
+
+def get_rng_state(device: Any = "mps") -> torch.Tensor:
+    """The real device generator's state."""
+    return _generator().get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "mps") -> None:
+    """Restore the real device generator's state."""
+    _generator().set_state(new_state)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the real device's generator (never through ``torch.manual_seed``: it calls us)."""
+    _generator().manual_seed(int(seed))
+
+
+def seed() -> None:
+    """Seed the real device's generator non-deterministically."""
+    _generator().seed()
+
+
+def empty_cache() -> None:
+    """Release cached memory on the real device."""
+    cuda_memory.empty_cache()
+
+
+def set_per_process_memory_fraction(fraction: float) -> None:
+    """Cap the process's share of memory (enforced on CUDA, recorded on a CPU)."""
+    if real_device.current().type == "cuda":
+        real_device.REAL_CUDA.set_per_process_memory_fraction(float(fraction))
+    cuda_memory.set_per_process_memory_fraction(fraction)
+
+
+def current_allocated_memory() -> int:
+    """Bytes allocated for tensors on the real device now."""
+    return cuda_memory.tracker().sample()[0]
+
+
+def driver_allocated_memory() -> int:
+    """Bytes the real device's allocator holds from the system."""
+    return cuda_memory.tracker().sample()[1]
+
+
+def recommended_max_memory() -> int:
+    """The memory the real device can use (GPU memory, or physical memory)."""
+    return real_device.current().total_memory()
+
+
+class Event(_Event):
+    """``torch.mps.Event``: a real event of the device "mps" requests land on."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        super().__init__(enable_timing=enable_timing)
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("torch.cuda.Event", "torch.mps.Event")
+
+
+def is_metal_capture_enabled() -> bool:
+    """No Metal device: captures are never enabled."""
+    return False
+
+
+def is_capturing_metal() -> bool:
+    """No Metal device: nothing is being captured."""
+    return False
+
+
+def start(mode: str = "interval", wait_until_completed: bool = False) -> None:
+    """``torch.mps.profiler.start``: no Metal device to trace; a no-op."""
+
+
+def stop() -> None:
+    """``torch.mps.profiler.stop``: a no-op."""
+
+
+@contextmanager
+def profile(mode: str = "interval", wait_until_completed: bool = False) -> Iterator[None]:
+    """``with torch.mps.profiler.profile():``: a no-op (use ``torch.profiler`` for traces)."""
+    yield
+
+
+def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
+    event = FacadeModule("torch.mps.event", REAL_MPS.event, {"Event": Event})
+    profiler = FacadeModule(
+        "torch.mps.profiler",
+        REAL_MPS.profiler,
+        {
+            "start": start,
+            "stop": stop,
+            "profile": profile,
+            "is_metal_capture_enabled": is_metal_capture_enabled,
+            "is_capturing_metal": is_capturing_metal,
+            "metal_capture": cuda_only.unsupported("torch.mps.profiler.metal_capture"),
+        },
+    )
+    names = (
+        "is_available", "device_count", "synchronize", "get_rng_state", "set_rng_state",
+        "manual_seed", "seed", "empty_cache", "set_per_process_memory_fraction",
+        "current_allocated_memory", "driver_allocated_memory", "recommended_max_memory",
+        "_get_default_mps_generator",
+    )  # fmt: skip
+    namespace: dict[str, Any] = {name: globals()[name] for name in names}
+    namespace.update(
+        Event=Event,
+        event=event,
+        profiler=profiler,
+        compile_shader=cuda_only.unsupported("torch.mps.compile_shader"),
+        load_metallib=cuda_only.unsupported("torch.mps.load_metallib"),
+    )
+    mps = FacadeModule("torch.mps", REAL_MPS, namespace)
+    backends = FacadeModule(
+        "torch.backends.mps",
+        REAL_BACKENDS_MPS,
+        {
+            "is_available": is_available,
+            "is_built": is_built,
+            "get_name": get_name,
+            "get_core_count": get_core_count,
+        },
+    )
+    return mps, event, profiler, backends
+
+
+_placement = Placement()
+_modules: tuple[FacadeModule, ...] = ()
+
+
+def install() -> None:
+    """Put the ``torch.mps`` and ``torch.backends.mps`` facades in place (idempotent)."""
+    global _modules
+    if _placement:
+        return
+    mps, event, profiler, backends = _modules = _build()
+    _placement.put("torch.mps", mps, torch, "mps")
+    _placement.put("torch.mps.event", event)
+    _placement.put("torch.mps.profiler", profiler)
+    _placement.put("torch.backends.mps", backends, torch.backends, "mps")
+
+
+def uninstall() -> None:
+    """Put the real modules back, the very same objects."""
+    global _modules
+    _placement.restore()
+    _modules = ()
+
+
+def installed() -> bool:
+    """Whether ``torch.mps`` is the facade now."""
+    return isinstance(torch.mps, FacadeModule)
+
+
+def facade_objects() -> dict[int, Any]:
+    """``id(facade object) -> real object`` for the modules now in place."""
+    mapping: dict[int, Any] = {}
+    for module in _modules:
+        mapping.update(facade_module.facade_objects(module))
+    return mapping
