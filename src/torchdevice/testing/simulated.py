@@ -1,0 +1,777 @@
+"""A simulated accelerator: a PyTorch backend that holds real data and lacks some ops on purpose.
+
+Why it exists: no CI machine has MPS or a GPU, yet torchdevice's interesting paths (send a
+CUDA request to the accelerator, rerun an op the accelerator lacks on the CPU) only run when
+an accelerator is there. Mocks would test the mock. This module registers a real backend
+through PyTorch's PrivateUse1 dispatch key, so a tensor on it goes through the same dispatcher,
+autograd and device checks as a tensor on MPS, and:
+
+* **holds data**: every tensor's storage is real CPU memory, so values survive any round trip
+  and can be compared with a CPU reference;
+* **computes only what it lists**: the ops in :data:`SUPPORTED_OPS` run the CPU kernel on CPU
+  *aliases* of the same memory (views stay views, in-place ops write in place);
+* **lacks ops the way real backends do**: ops in :data:`MISSING_OPS` raise MPS's own
+  ``NotImplementedError`` ("The operator 'aten::erfinv.out' is not currently implemented for
+  the simgpu device..."), and every other op that has a backend kernel for CPU but none here
+  raises the dispatcher's own "Could not run 'aten::xxx' with arguments from the 'simgpu'
+  backend". Nothing silently computes on the wrong device.
+
+Ops that PyTorch implements once for all backends (``CompositeExplicitAutograd`` or
+``CompositeImplicitAutograd``: ``transpose``, ``expand``, ``_to_copy``, ``linear``...) work here
+as they work on every real backend: they decompose into the ops listed.
+
+Registration is process-global and permanent: PyTorch can rename PrivateUse1 once per process
+and has no way to undo it, so there is no ``unregister()``. :func:`register` is idempotent; run
+tests that must not see the backend in a separate process.
+
+How memory works: a tensor's storage is a ``torch.UntypedStorage`` on the simulated device whose
+data pointer is the data pointer of a CPU storage; the CPU storage is kept alive as an attribute
+of the device storage's Python object, which PyTorch preserves for as long as the storage lives
+(so the CPU memory is freed exactly when the last tensor using it goes). Geometry (sizes,
+strides, offset) lives in the device tensor itself, so ``stride()``, ``is_contiguous()``,
+``_base`` and ``data_ptr()`` answer as on a real device.
+
+Limits (each one PyTorch's, for a backend written in Python):
+
+* one device, ``<name>:0``; kernels run synchronously on the CPU, one Python call per op;
+* no ``torch.Generator(device=name)`` (device generators come from C++ hooks): random ops draw
+  from ``torch.<name>.default_generator``, seeded by ``torch.manual_seed``, and refuse a CPU
+  generator as CUDA and MPS do;
+* no allocator: ``torch.UntypedStorage(n, device=name)`` crashes PyTorch 2.13 (segmentation
+  fault), so ``storage.to(name)`` and ``torch.load(map_location=name)`` are refused with an
+  error instead; load to the CPU and move tensors with ``.to(name)``;
+* ``pin_memory=True`` fails once the backend is registered (PyTorch asks the accelerator for
+  a pinned allocator, and it has none);
+* autocast is accepted and casts nothing; ``torch.compile`` works with ``backend="eager"``
+  (dynamo's fake tensors carry the device), not with inductor, which has no code generator
+  for the device;
+* ``resize_`` that needs more memory moves only the tensor resized to a new allocation;
+  views of its old storage keep the old one (a C++ backend grows the storage in place).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, NamedTuple, NoReturn, cast
+
+import torch
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.backend_registration import (
+    generate_methods_for_privateuse1_backend,
+    rename_privateuse1_backend,
+)
+
+__all__ = [
+    "DEFAULT_NAME",
+    "MISSING_OPS",
+    "SUPPORTED_OPS",
+    "is_registered",
+    "register",
+    "registered_name",
+    "registered_overloads",
+]
+
+#: The device type the backend registers as when no name is given.
+DEFAULT_NAME: Final = "simgpu"
+
+
+def _with_inplace(*names: str) -> frozenset[str]:
+    """Each op name and its in-place twin (``add`` and ``add_``): they are separate packets."""
+    return frozenset(n for name in names for n in (name, f"{name}_"))
+
+
+#: aten op packets (names without overload) this device implements. An op not here either
+#: decomposes into these (PyTorch's composite kernels) or fails as on an incomplete backend.
+SUPPORTED_OPS: Final[frozenset[str]] = frozenset(
+    {
+        # memory, copies between devices, scalars
+        "empty", "empty_strided", "copy_", "_copy_from", "_copy_from_and_resize", "resize_",
+        "set_", "_local_scalar_dense", "fill_", "zero_", "masked_fill_",
+        "index_fill_", "equal",
+        # views (the others are composite and decompose into as_strided)
+        "view", "as_strided", "_reshape_alias", "unfold", "view_as_real",
+        "view_as_complex",
+        # backward kernels of the elementwise ops
+        "threshold_backward", "sigmoid_backward", "tanh_backward", "gelu_backward",
+        "silu_backward", "hardtanh_backward", "leaky_relu_backward", "elu_backward",
+        "softplus_backward",
+        # reductions, scans, sorting
+        "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any",
+        "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "cumsum",
+        "cumprod", "topk", "sort", "count_nonzero",
+        # matrix products
+        "mm", "bmm", "addmm", "addmv", "addbmm", "baddbmm", "dot", "_addmm_activation",
+        # neural-network kernels and their backward
+        "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
+        "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+        "mse_loss", "mse_loss_backward", "binary_cross_entropy",
+        "binary_cross_entropy_backward", "native_layer_norm", "native_layer_norm_backward",
+        "native_dropout", "native_dropout_backward", "embedding_dense_backward",
+        "grid_sampler_2d",  # but not its backward: see MISSING_OPS
+        # indexing, gathering, joining
+        "index", "_index_put_impl_", "index_select", "gather", "scatter",
+        "scatter_", "scatter_add", "scatter_add_", "index_add", "index_add_", "masked_select",
+        "nonzero", "cat", "flip", "roll", "tril", "triu", "tril_", "triu_", "where",
+        # elementwise whose in-place twin is composite in aten (or absent)
+        "isnan", "maximum", "minimum", "softplus", "abs", "logical_not", "logical_and",
+        "logical_or", "nan_to_num",
+        # creation
+        "arange", "linspace", "eye",
+        # random numbers (drawn from this device's generator, see manual_seed)
+        "normal", "normal_", "uniform_", "bernoulli", "bernoulli_", "random_", "exponential_",
+        "randperm", "multinomial",
+    }
+    # elementwise, with in-place twins
+    | _with_inplace(
+        "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sign",
+        "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil",
+        "round", "trunc", "clamp", "clamp_min", "clamp_max", "pow", "add", "sub", "mul", "div",
+        "remainder", "fmod", "lerp", "addcmul", "addcdiv", "eq", "ne", "lt", "le", "gt", "ge",
+        "bitwise_and", "bitwise_or", "bitwise_not", "hardtanh", "leaky_relu", "elu",
+    )
+)  # fmt: skip
+
+#: aten op packets this device lacks on purpose. Each has a CPU kernel, so CPU-fallback code
+#: can rerun it there; each raises MPS's "not currently implemented" NotImplementedError here.
+#: Chosen to cover the shapes a fallback must handle: elementwise with in-place and out=
+#: variants (erfinv), a fresh result (histc), a tuple result (kthvalue, linalg_qr), a complex
+#: result (linalg_eig), an op whose backward is missing too (_cdist_forward/_cdist_backward),
+#: and one whose forward works and only the backward is missing (grid_sampler_2d_backward, as
+#: on MPS for years), so a fallback is exercised inside ``backward()``.
+MISSING_OPS: Final[frozenset[str]] = frozenset(
+    {
+        "erfinv", "erfinv_", "histc", "kthvalue", "_cdist_forward", "_cdist_backward",
+        "linalg_eig", "linalg_qr", "linalg_householder_product", "grid_sampler_2d_backward",
+    }
+)  # fmt: skip
+
+#: Ops that legitimately take tensors on another device: the copies between devices, and
+#: indexing, whose index tensors may stay on the CPU (as on CUDA and MPS).
+_CROSS_DEVICE_OPS: Final = frozenset(
+    {
+        "copy_", "_copy_from", "_copy_from_and_resize", "index", "index_put_",
+        "_index_put_impl_", "equal",
+    }
+)  # fmt: skip
+
+#: Overloads of supported packets that stay unimplemented, with the reason.
+_LEFT_OUT: Final = {
+    # its CPU kernel gives the tensor a fresh CPU storage: the tensor would change device
+    "aten::set_": "set_() with no source",
+}
+
+_CPU: Final = torch.device("cpu")
+_CPU_KEYS: Final = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+#: Attribute of a device storage's Python object holding the CPU storage that owns its memory.
+_HOST_STORAGE: Final = "_torchdevice_host_storage"
+
+
+class _State(NamedTuple):
+    """What :func:`register` did, kept so that a second call can check and return early."""
+
+    name: str
+    device: torch.device
+    libraries: tuple[torch.library.Library, ...]  # registrations live as long as these do
+    module: _DeviceModule
+    overloads: frozenset[str]
+
+
+_state: _State | None = None
+#: Why a registration failed after the permanent rename: later calls report it, not a rename.
+_failure: str | None = None
+_register_lock = threading.Lock()
+
+
+def registered_name() -> str | None:
+    """The name the backend was registered under in this process, or None."""
+    return None if _state is None else _state.name
+
+
+def is_registered() -> bool:
+    """Whether :func:`register` has run in this process."""
+    return _state is not None
+
+
+def register(name: str = DEFAULT_NAME) -> str:
+    """Register the simulated accelerator as device type ``name`` and return ``name``.
+
+    Safe to call again with the same name (it returns at once). It cannot be undone: PyTorch
+    renames PrivateUse1 once per process, so a second name, or a PrivateUse1 backend someone
+    else registered, raises ``RuntimeError`` instead of half-registering over it.
+
+    After it, ``torch.device(name)`` works everywhere a device does, ``torch.<name>`` is a small
+    device module (``is_available``, ``device_count``, ``manual_seed``...), and
+    ``torch.accelerator`` reports this device, as it would on a machine with a real one.
+    """
+    global _state, _failure
+    with _register_lock:
+        current = torch._C._get_privateuse1_backend_name()
+        if _failure is not None:
+            raise RuntimeError(f"registering the simulated accelerator failed earlier: {_failure}")
+        if _state is not None:
+            if _state.name != name:
+                raise RuntimeError(
+                    f"the simulated accelerator is already registered as {_state.name!r} in "
+                    f"this process and cannot be renamed to {name!r}: PyTorch renames its "
+                    "PrivateUse1 backend once per process. Use the existing name, or run in a "
+                    "new process."
+                )
+            return name
+        if current != "privateuseone":
+            raise RuntimeError(
+                f"PrivateUse1 is already the {current!r} backend in this process, so the "
+                f"simulated accelerator cannot register as {name!r}. Run it in a process "
+                "that loads no other out-of-tree backend."
+            )
+        for packet_name in SUPPORTED_OPS | MISSING_OPS:  # fail before the permanent rename
+            getattr(torch.ops.aten, packet_name)
+        module = _DeviceModule(name)
+        rename_privateuse1_backend(name)
+        try:
+            _state = _install(name, module)
+        except BaseException as error:
+            _failure = f"{type(error).__name__}: {error}"
+            raise
+        return name
+
+
+def _install(name: str, module: _DeviceModule) -> _State:
+    """Everything after the rename: device module, hooks, guard, kernels."""
+    device = torch.device(name, 0)
+    # Not for storages: ``storage.<name>()`` would allocate through the missing C++ allocator.
+    generate_methods_for_privateuse1_backend(for_storage=False)
+    torch._register_device_module(name, module)  # type: ignore[no-untyped-call]  # untyped in torch
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
+    kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
+    overloads = _Backend(name, device, module).install(kernels)
+    # Autocast: a real backend registers per-op casting rules at AutocastPrivateUse1 from C++;
+    # Python cannot reuse CUDA's, so autocast passes through and casts nothing on this device.
+    autocast = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
+    autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
+    return _State(name, device, (kernels, autocast), module, overloads)
+
+
+def registered_overloads() -> frozenset[str]:
+    """Every ``aten::op.overload`` that has a kernel (working or failing) on the device."""
+    if _state is None:
+        raise RuntimeError("the simulated accelerator is not registered: call register() first")
+    return _state.overloads
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    """What PyTorch asks a backend's C++ hooks: the device is built and available."""
+
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    """The device guard PyTorch needs to switch to the device (there is only one)."""
+
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+class _DeviceModule:
+    """``torch.<name>``: the functions PyTorch and user code call on a device module.
+
+    The generator is a CPU ``torch.Generator`` of the device's own, so random ops on the device
+    draw from a stream separate from the CPU's, as on a real device; ``torch.manual_seed`` seeds
+    it (through ``manual_seed_all``). ``torch.Generator(device=name)`` cannot be built: PyTorch
+    only builds device generators from C++ hooks, so ops reject a generator argument not on
+    the device, with the error a real device gives.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.default_generator = torch.Generator()
+        self._rng_lock = threading.Lock()
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def _lazy_init(self) -> None:
+        """Nothing to initialise: the memory is the CPU's."""
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def device_count(self) -> int:
+        return 1
+
+    def current_device(self) -> int:
+        return 0
+
+    def set_device(self, device: torch.device | str | int) -> None:
+        if torch.device(self.name, 0) != _as_device(device, self.name):
+            raise RuntimeError(f"{self.name} has one device, {self.name}:0")
+
+    def synchronize(self, device: torch.device | str | int | None = None) -> None:
+        """Kernels run synchronously on the CPU: there is never anything to wait for."""
+
+    def empty_cache(self) -> None:
+        """Memory goes back to the CPU allocator as soon as the last tensor using it dies."""
+
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        return [torch.float16, torch.bfloat16]
+
+    def manual_seed(self, seed: int) -> None:
+        self.default_generator.manual_seed(int(seed))
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.manual_seed(seed)
+
+    def seed(self) -> None:
+        self.default_generator.seed()
+
+    def seed_all(self) -> None:
+        self.seed()
+
+    def initial_seed(self) -> int:
+        return self.default_generator.initial_seed()
+
+    def get_rng_state(self, device: torch.device | str | int | None = None) -> torch.Tensor:
+        return self.default_generator.get_state()
+
+    def set_rng_state(
+        self, new_state: torch.Tensor, device: torch.device | str | int | None = None
+    ) -> None:
+        self.default_generator.set_state(new_state)
+
+    def device(self, device: torch.device | str | int | None) -> NoReturn:
+        """Refused: PyTorch enters this only to allocate a storage directly on the device.
+
+        ``storage.to(name)`` and ``torch.load(map_location=name)`` then call
+        ``torch.UntypedStorage(n, device=name)``, which needs a C++ allocator that a Python
+        backend cannot register; without one, PyTorch 2.13 crashes the interpreter
+        (segmentation fault). Failing here turns that crash into an error that says what to do.
+        """
+        raise NotImplementedError(
+            f"torch.{self.name}.device() is not available: storages cannot be allocated "
+            f"directly on the simulated {self.name} device (no C++ allocator). Load with "
+            f"map_location='cpu' and move tensors with .to('{self.name}')."
+        )
+
+    @contextmanager
+    def _as_global_cpu_generator(self) -> Iterator[None]:
+        """Lend this device's RNG state to the CPU default generator for one op.
+
+        For the few random kernels without a generator argument (``native_dropout``): they
+        draw from the CPU default generator, which must not advance on behalf of the device.
+        """
+        cpu = torch.default_generator
+        with self._rng_lock:
+            saved = cpu.get_state()
+            cpu.set_state(self.default_generator.get_state())
+            try:
+                yield
+            finally:
+                self.default_generator.set_state(cpu.get_state())
+                cpu.set_state(saved)
+
+
+def _as_device(device: torch.device | str | int, name: str) -> torch.device:
+    """A device argument as ``torch.device`` (an int is an index on this device)."""
+    if isinstance(device, int):
+        return torch.device(name, device)
+    device = torch.device(device)
+    return torch.device(device.type, 0 if device.index is None else device.index)
+
+
+def _not_implemented_message(operator: str, name: str) -> str:
+    """MPS's wording (aten/src/ATen/mps/MPSFallback.mm), so code that recognises it works."""
+    return (
+        f"The operator '{operator}' is not currently implemented for the {name} device. "
+        f"{name} is torchdevice's simulated accelerator and lacks this op on purpose (it is in "
+        "torchdevice.testing.simulated.MISSING_OPS), so that CPU-fallback code is exercised. "
+        "A real accelerator reports the same error for the ops it lacks."
+    )
+
+
+@contextmanager
+def _below_python() -> Iterator[None]:
+    """Run a kernel's CPU work out of sight of torch function and dispatch modes.
+
+    A ``TorchFunctionMode`` such as torchdevice's own would otherwise see, and redirect, the
+    CPU calls that implement the device; fake_tensor's fallback runs under ``no_dispatch`` too.
+    """
+    with torch._C.DisableTorchFunction(), no_dispatch():
+        yield
+
+
+class _Backend:
+    """Builds and installs the kernels for one registered device."""
+
+    def __init__(self, name: str, device: torch.device, module: _DeviceModule) -> None:
+        self.name = name
+        self.device = device
+        self.module = module
+
+    # -- installation -----------------------------------------------------------------
+
+    def install(self, library: torch.library.Library) -> frozenset[str]:
+        """Register a kernel for every backend overload of the supported and missing ops."""
+        installed: set[str] = set()
+
+        def add(op: torch._ops.OpOverload, kernel: Callable[..., Any]) -> None:
+            overload_name = _operator_name(op).removeprefix("aten::")
+            library.impl(overload_name, kernel, "PrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
+            installed.add(_operator_name(op))
+
+        special = self._special_kernels()
+        for packet_name in sorted(SUPPORTED_OPS):
+            for op in _backend_overloads(packet_name):
+                if _operator_name(op) in _LEFT_OUT:
+                    continue
+                add(op, special.get(_operator_name(op)) or self._kernel(op))
+        for op_name, kernel in special.items():
+            if _operator_name(op := _overload(op_name)) not in installed:
+                add(op, kernel)
+        for packet_name in sorted(MISSING_OPS):
+            for op in _backend_overloads(packet_name):
+                add(op, self._missing(op))
+        return frozenset(installed)
+
+    def _special_kernels(self) -> dict[str, Callable[..., Any]]:
+        """Kernels that cannot be "the CPU kernel on CPU aliases", by overload name.
+
+        ``copy_`` is composite in PyTorch, but its composite kernel knows no way to move bytes
+        to this device; ``_copy_from*`` are what PyTorch calls to copy to and from an
+        out-of-tree device; ``set_`` and ``resize_`` change the device tensor's own storage.
+        """
+        copy = self._kernel(torch.ops.aten.copy_.default)
+        return {
+            "aten::copy_": copy,
+            "aten::_copy_from": self._copy_from,
+            "aten::_copy_from_and_resize": self._copy_from_and_resize,
+            "aten::resize_": self._resize,
+            "aten::set_.source_Storage": _redispatch_to_cpu(torch.ops.aten.set_.source_Storage),
+            "aten::set_.source_Storage_storage_offset": _redispatch_to_cpu(
+                torch.ops.aten.set_.source_Storage_storage_offset
+            ),
+            "aten::set_.source_Tensor": _redispatch_to_cpu(torch.ops.aten.set_.source_Tensor),
+        }
+
+    def _missing(self, op: torch._ops.OpOverload) -> Callable[..., Any]:
+        """A kernel that fails as MPS fails for an op it lacks."""
+        message = _not_implemented_message(_operator_name(op), self.name)
+
+        def missing_kernel(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError(message)
+
+        return missing_kernel
+
+    def _kernel(self, op: torch._ops.OpOverload) -> Callable[..., Any]:
+        """The kernel for one supported overload: the CPU kernel on CPU aliases of the data.
+
+        Inputs and in-place ``self`` are aliases of the device memory, so views and in-place
+        writes land where they belong. ``out=`` arguments get a fresh CPU tensor instead,
+        because a CPU kernel may resize them, and the result is copied into the device
+        tensor (resized on the device first), as PyTorch's own ``cpu_fallback`` does.
+        """
+        schema = op._schema
+        packet_name = schema.name.split("::", 1)[1]
+        argument_names = [argument.name for argument in schema.arguments]
+        # Returns that are an argument written in place (``add_``, ``out=``): hand back that
+        # very argument, as a real backend does.
+        written = [_written_argument(schema, index) for index in range(len(schema.returns))]
+        out_names = [
+            argument.name
+            for argument in schema.arguments
+            if argument.kwarg_only
+            and argument.alias_info is not None
+            and argument.alias_info.is_write
+        ]
+        cross_device = packet_name in _CROSS_DEVICE_OPS
+        takes_generator = "generator" in argument_names
+        global_rng = packet_name == "native_dropout"
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            with _below_python():
+                if not cross_device:
+                    self._check_devices(op, args, kwargs)
+                if takes_generator:
+                    kwargs = self._device_generator(args, kwargs, argument_names)
+                memo: dict[int, torch.UntypedStorage] = {}
+                host_args, host_kwargs = tree_map(lambda x: self._to_host(x, memo), (args, kwargs))
+                outs = {name: kwargs[name] for name in out_names if kwargs.get(name) is not None}
+                for name, out in outs.items():
+                    host_kwargs[name] = torch.empty(0, dtype=out.dtype)
+                if global_rng:
+                    with self.module._as_global_cpu_generator():
+                        result = op(*host_args, **host_kwargs)
+                else:
+                    result = op(*host_args, **host_kwargs)
+                for name, out in outs.items():
+                    produced = host_kwargs[name]
+                    if out.shape != produced.shape:
+                        out.resize_(produced.shape)
+                    self._to_host(out, {}).copy_(produced)
+                return self._from_host(result, written, args, kwargs, argument_names, memo)
+
+        kernel.__name__ = f"{self.name}_{packet_name}"
+        return kernel
+
+    # -- the work of a kernel ---------------------------------------------------------
+
+    def _check_devices(self, op: torch._ops.OpOverload, args: Any, kwargs: Any) -> None:
+        """Refuse tensors from another device, as TensorIterator does (CPU scalars pass)."""
+        for value in tree_flatten((args, kwargs))[0]:
+            if not isinstance(value, torch.Tensor) or value.device.type == self.name:
+                continue
+            if value.device.type == "cpu" and value.dim() == 0:
+                continue
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, {self.device} and {value.device}! (when checking arguments for "
+                f"{_operator_name(op)})"
+            )
+
+    def _device_generator(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], argument_names: list[str]
+    ) -> dict[str, Any]:
+        """Draw from the device's generator; refuse a CPU one, as CUDA and MPS do."""
+        index = argument_names.index("generator")
+        generator = args[index] if index < len(args) else kwargs.get("generator")
+        if generator is not None:
+            if generator.device.type != self.name:
+                raise RuntimeError(
+                    f"Expected a '{self.name}' device type for generator but found "
+                    f"'{generator.device.type}'"
+                )
+            return kwargs
+        if index < len(args):  # passed positionally as None: cannot happen for kwarg-only
+            raise AssertionError("generator passed positionally")
+        return {**kwargs, "generator": self.module.default_generator}
+
+    def _to_host(self, value: Any, memo: dict[int, torch.UntypedStorage]) -> Any:
+        """A device tensor as a CPU tensor on the same memory; a device as the CPU."""
+        if isinstance(value, torch.device):
+            if value.type != self.name:
+                return value
+            if value.index not in (None, 0):
+                raise RuntimeError(
+                    f"Invalid device ordinal {value.index}: {self.name} has one device, "
+                    f"{self.name}:0"
+                )
+            return _CPU
+        if not isinstance(value, torch.Tensor) or value.device.type != self.name:
+            return value
+        storage = value.untyped_storage()
+        if storage.nbytes():
+            # A second, non-owning and non-resizable CPU storage on the same memory: a CPU
+            # kernel can neither free nor move the memory the device storage points to.
+            host_storage = _storage_at(storage.data_ptr(), _CPU, storage.nbytes())
+            memo[storage.data_ptr()] = storage
+        else:
+            host_storage = torch.empty(0, dtype=torch.uint8).untyped_storage()
+        host = torch.empty(0, dtype=value.dtype)
+        host.set_(host_storage, value.storage_offset(), value.size(), value.stride())
+        _copy_bits(value, host)
+        return host
+
+    def _from_host(
+        self,
+        result: Any,
+        written: list[int | None],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        argument_names: list[str],
+        memo: dict[int, torch.UntypedStorage],
+    ) -> Any:
+        """Results as device tensors: the argument itself for in-place returns, else a tensor
+        on the device storage the CPU result's memory belongs to (an input's for views)."""
+        if written and any(index is not None for index in written):
+            originals = [
+                _argument(args, kwargs, argument_names, index) if index is not None else None
+                for index in written
+            ]
+            if len(written) == 1:
+                return originals[0]
+            return tuple(
+                original if original is not None else tree_map(self._wrapper(memo), part)
+                for original, part in zip(originals, result, strict=True)
+            )
+        return tree_map(self._wrapper(memo), result)
+
+    def _wrapper(self, memo: dict[int, torch.UntypedStorage]) -> Callable[[Any], Any]:
+        def wrap(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            if value.device.type != "cpu":  # pragma: no cover - CPU kernels return CPU tensors
+                raise AssertionError(f"a CPU kernel returned a tensor on {value.device}")
+            host_storage = value.untyped_storage()
+            key = host_storage.data_ptr()
+            storage = memo.get(key) if host_storage.nbytes() else None
+            if storage is None:
+                storage = self._device_storage(host_storage)
+                if host_storage.nbytes():
+                    memo[key] = storage
+            return _tensor_on(storage, value)
+
+        return wrap
+
+    def _device_storage(self, host_storage: torch.UntypedStorage) -> torch.UntypedStorage:
+        """A device storage over ``host_storage``'s memory, keeping that memory alive."""
+        storage = _storage_at(host_storage.data_ptr(), self.device, host_storage.nbytes())
+        setattr(storage, _HOST_STORAGE, host_storage)
+        return storage
+
+    # -- special kernels --------------------------------------------------------------
+
+    def _copy_from(
+        self, source: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False
+    ) -> Any:
+        """``_copy_from(self, dst)``: copy ``self`` into ``dst``, either on either device."""
+        with _below_python():
+            memo: dict[int, torch.UntypedStorage] = {}
+            self._to_host(dst, memo).copy_(self._to_host(source, memo))
+        return dst
+
+    def _copy_from_and_resize(self, source: torch.Tensor, dst: torch.Tensor) -> Any:
+        """``_copy_from_and_resize(self, dst)``: as :meth:`_copy_from`, resizing ``dst``."""
+        dst.resize_(source.shape)
+        return self._copy_from(source, dst)
+
+    def _resize(
+        self, tensor: torch.Tensor, size: list[int], *, memory_format: Any = None
+    ) -> torch.Tensor:
+        """Move to a larger CPU allocation when the storage is too small, then resize.
+
+        A real device grows the storage object itself, so every view sees the new memory;
+        here only ``tensor`` moves (PyTorch has no Python API to grow a storage in place).
+        """
+        with _below_python():
+            numel = 1
+            for dim in size:
+                numel *= dim
+            needed = (tensor.storage_offset() + numel) * tensor.element_size() if numel else 0
+            storage = tensor.untyped_storage()
+            if needed > storage.nbytes():
+                grown = torch.zeros(needed, dtype=torch.uint8)
+                host_storage = getattr(storage, _HOST_STORAGE, None)
+                if host_storage is not None and storage.nbytes():
+                    old = torch.empty(0, dtype=torch.uint8)
+                    old.set_(host_storage, 0, (storage.nbytes(),), (1,))
+                    grown[: storage.nbytes()].copy_(old)
+                new_storage = self._device_storage(grown.untyped_storage())
+                torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+                    _CPU_KEYS,
+                    tensor,
+                    new_storage,
+                    tensor.storage_offset(),
+                    tensor.size(),
+                    tensor.stride(),
+                )
+            torch.ops.aten.resize_.default.redispatch(
+                _CPU_KEYS, tensor, size, memory_format=memory_format
+            )
+        return tensor
+
+
+def _redispatch_to_cpu(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """A kernel running the CPU kernel on the device tensors themselves (metadata-only ops).
+
+    ``set_``'s CPU kernel checks that tensor and storage share a device and sets sizes,
+    strides and the storage pointer; it never reads or allocates memory when the storage is
+    large enough, which is always so for storages of this device.
+    """
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return op.redispatch(_CPU_KEYS, *args, **kwargs)
+
+    return kernel
+
+
+def _overload(qualified: str) -> torch._ops.OpOverload:
+    """``aten::set_.source_Storage`` -> the OpOverload (``.default`` when none is named)."""
+    packet_name, _, overload_name = qualified.removeprefix("aten::").partition(".")
+    op: torch._ops.OpOverload = getattr(
+        getattr(torch.ops.aten, packet_name), overload_name or "default"
+    )
+    return op
+
+
+def _storage_at(data_ptr: int, device: torch.device, nbytes: int) -> torch.UntypedStorage:
+    """A storage on ``device`` over memory it does not own (and cannot resize or free)."""
+    storage = torch._C._construct_storage_from_data_pointer(data_ptr, device, nbytes)
+    return cast("torch.UntypedStorage", storage)  # the stub says Storage; it is untyped
+
+
+def _tensor_on(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
+    """A device tensor on ``storage`` with ``like``'s dtype and geometry (no copy)."""
+    shell = torch._C._acc.create_empty_tensor((0,), like.dtype)
+    # No Python API sets a storage without dispatching to the device; the CPU kernel of set_
+    # only checks that tensor and storage share a device and touches metadata, never memory.
+    tensor: torch.Tensor = torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, shell, storage, like.storage_offset(), like.size(), like.stride()
+    )
+    _copy_bits(like, tensor)
+    return tensor
+
+
+def _copy_bits(source: torch.Tensor, target: torch.Tensor) -> None:
+    """Carry the lazy conjugate and negative bits, which are metadata of the view."""
+    if source.is_conj():
+        torch._C._set_conj(target, True)
+    if source.is_neg():
+        torch._C._set_neg(target, True)
+
+
+def _operator_name(op: torch._ops.OpOverload) -> str:
+    """``aten::erfinv.out``, as the dispatcher and MPS print it."""
+    name: str = op._schema.name
+    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+
+
+def _written_argument(schema: torch._C.FunctionSchema, return_index: int) -> int | None:
+    """The index of the argument a return writes into (``Tensor(a!)``), or None."""
+    alias = schema.returns[return_index].alias_info
+    if alias is None or not alias.is_write:
+        return None
+    for index, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.before_set & alias.before_set:
+            return index
+    return None
+
+
+def _argument(
+    args: tuple[Any, ...], kwargs: dict[str, Any], argument_names: list[str], index: int
+) -> Any:
+    """The value of the ``index``-th schema argument, given positionally or by keyword."""
+    if index < len(args):
+        return args[index]
+    return kwargs[argument_names[index]]
+
+
+def _backend_overloads(packet_name: str) -> Iterable[torch._ops.OpOverload]:
+    """Overloads of ``aten::<packet_name>`` that each backend implements for itself.
+
+    Only those with a CPU kernel (the one the device reuses). Composite overloads are left to
+    PyTorch's composite kernel, as on a real backend: a device kernel would replace the
+    decomposition, and for CompositeImplicitAutograd ones also their autograd formula.
+    """
+    packet = getattr(torch.ops.aten, packet_name)
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for overload_name in packet.overloads():
+        op: torch._ops.OpOverload = getattr(packet, overload_name)
+        try:
+            backend = has(_operator_name(op), "CPU")
+            implicit = has(_operator_name(op), "CompositeImplicitAutograd")
+        except RuntimeError:  # a TorchScript-only overload (copy_.int): not a dispatcher op
+            continue
+        if backend and not implicit:
+            yield op
