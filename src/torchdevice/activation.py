@@ -69,6 +69,8 @@ def _enter_current_thread() -> None:
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _runtime, _mode, _options
+    if _runtime is not None and _runtime is not runtime:
+        _runtime.flush()  # its fast counters belong in the process-wide report
     table = build_table(runtime.host)
     accelerator = runtime.default_device
     fallback = (
@@ -132,6 +134,8 @@ def disable() -> None:
         if _mode is None:
             return
         active = _mode
+        if _runtime is not None:
+            _runtime.flush()
         facade.uninstall()
         patches.uninstall()
         fallback_module.unobserve_native()
@@ -192,3 +196,5 @@ def report() -> MigrationReport:
 def reset_report() -> None:
     """Start a new migration report."""
     _recorder.clear()
+    if _runtime is not None:
+        _runtime.forget_counts()

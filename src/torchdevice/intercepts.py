@@ -28,6 +28,8 @@ from torchdevice.runtime import Runtime
 
 __all__ = ["Handler", "build_table"]
 
+_is_compiling = torch.compiler.is_compiling
+
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
 
@@ -39,12 +41,17 @@ def _is_device_arg(value: object) -> bool:
 
 
 def _decided(rt: Runtime, decision: Decision, func: Callable[..., Any]) -> torch.device:
-    """The device to use for ``decision``; notes it in the report when it moved."""
-    if decision.moved:
-        rt.note(decision, func)
-    elif decision.action == "override":
-        rt.note(decision, func, kind="override")
-    return rt.torch_device(decision.device)
+    """The device to use for ``decision``; notes it in the report when it moved.
+
+    While dynamo traces, only the device is looked up: the report's id-keyed counters are
+    bookkeeping dynamo cannot (and need not) trace.
+    """
+    if _is_compiling():
+        return rt.torch_device(decision.device)
+    device, kind = rt.applied(decision)
+    if kind is not None:
+        rt.note(decision, func, kind)
+    return device
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:

@@ -160,8 +160,11 @@ class Recorder:
         requested: str,
         decided: str,
         reason: str,
-    ) -> None:
-        """Count one event at ``site``; log it the first time this key is seen."""
+    ) -> _Key:
+        """Count one event at ``site``; log it the first time this key is seen.
+
+        Returns the key, for :meth:`add` to bump later without rebuilding it.
+        """
         key = (site, kind, api, requested, decided)
         with self._lock:
             count = self._counts.get(key)
@@ -170,6 +173,13 @@ class Recorder:
                 self._reasons[key] = reason
         if count is None:
             logger.info("%s: %s(%s) -> %s (%s)", site, api, requested, decided, reason)
+        return key
+
+    def add(self, key: _Key, count: int, reason: str) -> None:
+        """Add ``count`` more events to a key :meth:`record` returned (even after clear)."""
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + count
+            self._reasons.setdefault(key, reason)
 
     def clear(self) -> None:
         """Forget every count (a new report starts)."""

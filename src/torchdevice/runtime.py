@@ -41,6 +41,14 @@ class Runtime:
         self._decisions: dict[tuple[type, object], Decision] = {}
         self._devices: dict[DeviceSpec, torch.device] = {}
         self._sites: dict[tuple[CodeType, int], CallSite] = {}
+        # Per-decision application (device, report kind), keyed by id(decision); the
+        # decisions are kept alive in _kept so their ids are never reused.
+        self._applied: dict[int, tuple[torch.device, EventKind | None]] = {}
+        self._kept: list[Decision] = []
+        # Redirect counts by (code id, line, api id, decision id, kind): bumping one is a
+        # dict update; the site, names and log line are built once per key (_first).
+        self._hits: dict[tuple[int, int, int, int, str], int] = {}
+        self._first: dict[tuple[int, int, int, int, str], tuple[Any, ...]] = {}
         accelerator = host.accelerator
         #: Where factories called without a device go; ``None`` leaves them alone.
         self.default_device: torch.device | None = (
@@ -103,17 +111,74 @@ class Runtime:
         return device
 
     # -- recording ---------------------------------------------------------------------
+    def applied(self, decision: Decision) -> tuple[torch.device, EventKind | None]:
+        """The device ``decision`` names, and how the report counts it (None: not at all)."""
+        hit = self._applied.get(id(decision))
+        if hit is None:
+            kind: EventKind | None = (
+                "redirect" if decision.moved else "override" if decision.action == "override"
+                else None
+            )  # fmt: skip
+            hit = (self.torch_device(decision.device), kind)
+            with self._lock:
+                self._kept.append(decision)
+                self._applied[id(decision)] = hit
+        return hit
+
     def note(
         self, decision: Decision, api: str | Callable[..., Any], kind: EventKind = "redirect"
     ) -> None:
-        """Record a redirect at the user's call site (skipped while dynamo traces)."""
+        """Count a redirect at the user's call site (skipped while dynamo traces).
+
+        The hot path: walk past internal frames (a dict lookup by code id each), then bump
+        one counter. Under free-running threads a bump can race and undercount by one;
+        every call site is still reported and logged.
+        """
         if _is_compiling():
             return
+        frame: FrameType | None = sys._getframe(1)
+        internal = callsite.is_internal
+        while frame is not None and internal(frame.f_code):
+            frame = frame.f_back
+        if frame is None:
+            site = callsite.site_of(None)
+            self._record(site, decision, api, kind)
+            return
+        key = (id(frame.f_code), frame.f_lineno, id(api), id(decision), kind)
+        count = self._hits.get(key)
+        if count is not None:
+            self._hits[key] = count + 1
+            return
+        site = callsite.site_of(frame)
+        with self._lock:
+            # Holding the code, api and decision keeps the ids in the key from being reused.
+            self._first[key] = (self._record(site, decision, api, kind), frame.f_code, api,
+                                decision)  # fmt: skip
+            self._hits[key] = 0
+
+    def _record(
+        self, site: CallSite, decision: Decision, api: str | Callable[..., Any], kind: EventKind
+    ) -> Any:
         requested = "none" if decision.requested is None else str(decision.requested)
         name = api if isinstance(api, str) else api_name(api)
-        self.recorder.record(
-            self._user_site(), kind, name, requested, str(decision.device), decision.reason
+        return self.recorder.record(
+            site, kind, name, requested, str(decision.device), decision.reason
         )
+
+    def flush(self) -> None:
+        """Move the fast counters into the recorder (before a report, on deactivation)."""
+        with self._lock:
+            for key, count in self._hits.items():
+                if count:
+                    first = self._first[key]
+                    self.recorder.add(first[0], count, first[3].reason)
+                    self._hits[key] = 0
+
+    def forget_counts(self) -> None:
+        """Drop the fast counters (the report was reset)."""
+        with self._lock:
+            self._hits.clear()
+            self._first.clear()
 
     def note_event(
         self, kind: EventKind, api: str, requested: str, decided: str, reason: str
@@ -142,4 +207,5 @@ class Runtime:
 
     def report(self) -> MigrationReport:
         """The migration report of this activation so far."""
+        self.flush()
         return self.recorder.report(f"{self.host.kind} host, {self.host.device_name()}")
