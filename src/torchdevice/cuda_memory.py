@@ -137,6 +137,10 @@ class MemoryTracker:
         if growth is not None:
             peak_allocated = max(peak_allocated, base.allocated + growth)
             peak_reserved = max(peak_reserved, base.reserved + growth, peak_allocated)
+            with self._lock:  # kept, so a peak never reads lower later (RSS counts lag)
+                if self._baseline is base:
+                    self._peak_allocated = max(self._peak_allocated, peak_allocated)
+                    self._peak_reserved = max(self._peak_reserved, peak_reserved)
         return peak_allocated, peak_reserved
 
     def reset_peaks(self) -> None:

@@ -25,6 +25,7 @@ while redirecting still compiles natively afterwards.
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections.abc import Callable
@@ -149,13 +150,27 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
 _placement = Placement()
 _cuda_modules: list[FacadeModule] = []
 _modules_before: set[str] | None = None
+_ORIGINAL_GET_DEVICE_MODULE = torch.get_device_module
 
 
 def _clear_device_module_cache() -> None:
     """``torch.get_device_module`` caches ``getattr(torch, "cuda")``: forget it."""
-    cache_clear = getattr(torch.get_device_module, "cache_clear", None)
+    cache_clear = getattr(_ORIGINAL_GET_DEVICE_MODULE, "cache_clear", None)
     if cache_clear is not None:
         cache_clear()
+
+
+@functools.wraps(_ORIGINAL_GET_DEVICE_MODULE)
+def get_device_module(device: Any = None) -> Any:
+    """``torch.get_device_module`` reading device names natively.
+
+    It parses its argument with ``torch.device``, which the function mode redirects: the
+    CUDA-first ``torch.get_device_module("cuda")`` (``fork_rng`` asks it) would get
+    ``torch.cpu``, which has no RNG functions. Parsed natively, "cuda" names the facade,
+    which answers from the real device.
+    """
+    with torch._C.DisableTorchFunction():
+        return _ORIGINAL_GET_DEVICE_MODULE(device)
 
 
 def _install_cuda() -> None:
@@ -164,11 +179,13 @@ def _install_cuda() -> None:
     cuda, subs = build_cuda_facade()
     _cuda_modules[:] = [cuda, *subs.values()]
     _placement.put("torch.cuda", cuda, torch, "cuda")
+    torch.get_device_module = get_device_module
     for key, module in subs.items():
         _placement.put(key, module)
 
 
 def _uninstall_cuda() -> None:
+    torch.get_device_module = _ORIGINAL_GET_DEVICE_MODULE
     _placement.restore()
     _cuda_modules.clear()
 
@@ -178,6 +195,7 @@ def _facade_objects() -> dict[int, Any]:
     for module in _cuda_modules:
         mapping.update(facade_module.facade_objects(module))
     mapping.update(mps_facade.facade_objects())
+    mapping[id(get_device_module)] = _ORIGINAL_GET_DEVICE_MODULE
     return mapping
 
 

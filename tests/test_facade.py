@@ -1,0 +1,391 @@
+"""The torch.cuda facade on this CPU-only host: installed, answering, and removed exactly.
+
+Every answer is checked against the value the real device gives (psutil, the CPU
+generator, the host name), not only for "does not raise".
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import psutil
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import Host, UnsupportedFeatureError, amp, facade, mps_facade
+from torchdevice.cuda_properties import DeviceProperties
+from torchdevice.host import cpu_name
+
+REAL_CUDA = sys.modules["torch.cuda"]
+REAL_MPS = sys.modules["torch.mps"]
+REAL_BACKENDS_MPS = sys.modules["torch.backends.mps"]
+CUDA_SUBMODULES = {
+    name: module for name, module in sys.modules.items() if name.startswith("torch.cuda.")
+}
+CPU = torch.device("cpu")
+
+
+def facade_state() -> dict[str, object]:
+    """Every object the facades replace, by identity."""
+    state: dict[str, object] = {
+        key: sys.modules.get(key)
+        for key in list(sys.modules)
+        if key.startswith(("torch.cuda", "torch.mps", "torch.backends.mps"))
+    }
+    state["torch.cuda attr"] = torch.cuda
+    state["torch.mps attr"] = torch.mps
+    state["torch.backends.mps attr"] = torch.backends.mps
+    state["autocast.__init__"] = torch.amp.autocast_mode.autocast.__dict__["__init__"]
+    state["GradScaler.__init__"] = torch.amp.grad_scaler.GradScaler.__dict__["__init__"]
+    return state
+
+
+def test_enable_installs_and_disable_restores_every_object_exactly():
+    before = facade_state()
+    torchdevice.enable()
+    assert facade.installed()
+    assert mps_facade.installed()
+    assert amp.installed()
+    assert sys.modules["torch.cuda"] is torch.cuda is not REAL_CUDA
+    assert sys.modules["torch.mps"] is torch.mps is not REAL_MPS
+    assert torch.backends.mps is not REAL_BACKENDS_MPS
+    for name in ("random", "memory", "streams", "nvtx", "graphs", "nccl", "jiterator"):
+        assert sys.modules[f"torch.cuda.{name}"] is getattr(torch.cuda, name)
+        assert sys.modules[f"torch.cuda.{name}"] is not CUDA_SUBMODULES.get(f"torch.cuda.{name}")
+    torchdevice.disable()
+    after = facade_state()
+    assert after.keys() == before.keys()
+    changed = [key for key in before if before[key] is not after[key]]
+    assert changed == []
+    assert not (facade.installed())
+    assert not (mps_facade.installed())
+    assert not (amp.installed())
+
+
+def test_enable_twice_and_nested_redirects_keep_one_facade():
+    torchdevice.enable()
+    first = torch.cuda
+    torchdevice.enable()
+    assert torch.cuda is first
+    with torchdevice.redirect(keep_cpu=True):
+        assert torch.cuda is first
+    assert torch.cuda is first
+    torchdevice.disable()
+    assert torch.cuda is REAL_CUDA
+
+
+def test_get_device_module_cache_is_cleared_both_ways():
+    original = torch.get_device_module
+    assert torch.get_device_module("cuda") is REAL_CUDA  # caches the real module
+    torchdevice.enable()
+    assert torch.get_device_module("cuda") is torch.cuda is not REAL_CUDA
+    assert torch.get_device_module("mps") is torch.mps is not REAL_MPS
+    assert torch.get_device_module(torch.device("cuda")) is torch.cpu  # a redirected device
+    torchdevice.disable()
+    assert torch.get_device_module is original
+    assert torch.get_device_module("cuda") is REAL_CUDA
+    assert torch.get_device_module("mps") is REAL_MPS
+
+
+def test_submodules_import_through_the_facade():
+    torchdevice.enable()
+    random = importlib.import_module("torch.cuda.random")
+    import torch.cuda.amp
+    from torch.cuda import nvtx
+    from torch.cuda.memory import memory_allocated
+
+    assert random is torch.cuda.random
+    assert nvtx is torch.cuda.nvtx
+    assert memory_allocated is torch.cuda.memory_allocated
+    assert torch.cuda.amp is CUDA_SUBMODULES["torch.cuda.amp"]  # the real package
+    random.manual_seed(11)
+    assert torch.default_generator.initial_seed() == 11
+
+
+def test_a_cuda_submodule_first_imported_while_enabled_is_adopted_by_the_real_module():
+    name = "torch.cuda.tunable"
+    saved = sys.modules.pop(name, None)
+    saved_attr = REAL_CUDA.__dict__.pop("tunable", None)
+    try:
+        torchdevice.enable()
+        module = importlib.import_module(name)
+        torchdevice.disable()
+        assert sys.modules[name] is module
+        assert REAL_CUDA.tunable is module
+    finally:
+        if saved is not None:
+            sys.modules[name] = saved
+            REAL_CUDA.tunable = saved_attr
+
+
+def test_availability_and_device_selection():
+    torchdevice.enable()
+    assert torch.cuda.is_available() is True
+    assert torch.cuda.is_initialized() is True
+    assert torch.cuda.device_count() == 1
+    assert torch.cuda.current_device() == 0
+    torch.cuda.set_device(0)
+    torch.cuda.set_device("cuda:1")  # every cuda:n lands on the single target
+    assert torch.cuda.current_device() == 0
+    with torch.cuda.device(1):
+        assert torch.cuda.current_device() == 0
+        assert torch.zeros(1, device=torch.cuda.current_device()).device == CPU
+    with torch.cuda.device_of(torch.zeros(1)):
+        assert torch.cuda.current_device() == 0
+    with pytest.raises(RuntimeError, match="Invalid device string"):
+        torch.cuda.set_device("cuda:x")
+    torch.cuda.init()
+
+
+def test_availability_is_an_option():
+    torchdevice.enable(cuda_available=False)
+    assert torch.cuda.is_available() is False
+    assert torch.cuda.device_count() == 0
+    assert torch.backends.mps.is_available() is False
+    assert torch.zeros(1, device="cuda").device == CPU  # still redirected
+
+
+def test_device_name_and_properties_are_the_real_cpus():
+    torchdevice.enable()
+    assert torch.cuda.get_device_name() == torch.cuda.get_device_name(0) == cpu_name()
+    props = torch.cuda.get_device_properties(0)
+    assert isinstance(props, DeviceProperties)
+    assert props.name == cpu_name()
+    assert props.total_memory == psutil.virtual_memory().total
+    assert props.multi_processor_count == psutil.cpu_count(logical=True)
+    assert (props.major, props.minor) == (0, 0) == torch.cuda.get_device_capability()
+    assert props.is_integrated == 1
+    assert props.warp_size == 1
+    assert props.gcnArchName == ""
+    assert props.L2_cache_size >= 0
+    assert "total_memory=" in repr(props)
+    assert torch.cuda.is_bf16_supported() is True
+    assert torch.cuda.is_tf32_supported() is False
+    assert torch.cuda.is_bf16_supported(including_emulation=False) == bool(
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    )
+
+
+def test_batch_sizing_from_total_memory_is_sane():
+    torchdevice.enable()
+    total = torch.cuda.get_device_properties(0).total_memory
+    free, total_again = torch.cuda.mem_get_info()
+    assert total == total_again
+    assert 0 < free <= total
+    batch = max(1, int(0.01 * free) // (3 * 224 * 224 * 4))
+    x = torch.empty(min(batch, 4), 3, 8, 8, device="cuda")
+    assert x.device == CPU
+
+
+def test_rng_uses_the_real_generator_without_recursion():
+    torchdevice.enable()
+    torch.manual_seed(123)  # calls torch.cuda.manual_seed_all and torch.mps.manual_seed
+    assert torch.cuda.initial_seed() == 123
+    state = torch.cuda.get_rng_state()
+    assert torch.equal(state, torch.default_generator.get_state())
+    first = torch.rand(3, device="cuda")
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(torch.rand(3, device="cuda"), first)
+    torch.cuda.manual_seed(5)
+    a = torch.randn(2, device="cuda")
+    torch.cuda.manual_seed_all(5)
+    assert torch.equal(torch.randn(2, device="cuda"), a)
+    states = torch.cuda.get_rng_state_all()
+    assert len(states) == 1
+    torch.cuda.set_rng_state_all(states)
+    assert torch.cuda.default_generators == (torch.default_generator,)
+    torch.cuda.seed()
+    torch.cuda.seed_all()
+    assert torch.cuda.initial_seed() == torch.default_generator.initial_seed()
+
+
+def test_fork_rng_reads_and_restores_the_cuda_state():
+    torchdevice.enable()
+    torch.manual_seed(0)
+    with torch.random.fork_rng(device_type="cuda"):
+        inside = torch.rand(2, device="cuda")
+    after = torch.rand(2, device="cuda")
+    assert torch.equal(inside, after)  # the fork restored the state it read
+
+
+def test_legacy_typed_tensors():
+    torchdevice.enable()
+    f = torch.cuda.FloatTensor(3, 3)
+    assert f.shape == (3, 3)
+    assert f.dtype == torch.float32
+    assert f.device == CPU
+    longs = torch.cuda.LongTensor([1, 2])
+    assert longs.tolist() == [1, 2]
+    assert longs.dtype == torch.int64
+    assert isinstance(f, torch.cuda.FloatTensor)
+    assert not isinstance(f, torch.cuda.LongTensor)
+    assert isinstance(longs, torch.cuda.LongTensor)
+    assert not isinstance(torch.zeros(1, device="meta"), torch.cuda.FloatTensor)
+    converted = torch.tensor([1, 2]).type(torch.cuda.FloatTensor)
+    assert converted.dtype == torch.float32
+    assert converted.tolist() == [1.0, 2.0]
+    assert torch.tensor([1.5]).type("torch.cuda.HalfTensor").dtype == torch.float16
+    assert torch.cuda.BoolTensor([True]).dtype == torch.bool
+    report = torchdevice.report()
+    assert any(entry.api == "torch.cuda.FloatTensor" for entry in report.entries)
+
+
+def test_nvtx_ranges_are_no_ops_with_nvtx_return_values():
+    torchdevice.enable()
+    nvtx = torch.cuda.nvtx
+    assert nvtx.range_push("outer") == 0
+    assert nvtx.range_push("inner") == 1
+    assert nvtx.range_pop() == 1
+    assert nvtx.range_pop() == 0
+    assert nvtx.range_pop() == -1
+    with nvtx.range("step {}", 3):
+        assert nvtx.range_push("x") == 1
+        nvtx.range_pop()
+    first, second = nvtx.range_start("a"), nvtx.range_start("b")
+    assert second == first + 1
+    nvtx.range_end(first)
+    nvtx.mark("here")
+    with torch.cuda.profiler.profile():
+        torch.cuda.profiler.start()
+        torch.cuda.profiler.stop()
+
+
+def test_cudnn_and_cuda_backend_flags_are_settable_without_effect():
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = (cudnn.benchmark, cudnn.deterministic, matmul.allow_tf32, cudnn.allow_tf32)
+    torchdevice.enable()
+    try:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = False
+        assert torch.backends.cudnn.benchmark is True
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        x = torch.randn(4, 4, device="cuda")
+        torch.testing.assert_close(x @ x, x.cpu() @ x.cpu())
+    finally:
+        (cudnn.benchmark, cudnn.deterministic, matmul.allow_tf32, cudnn.allow_tf32) = saved
+
+
+def later(path: str, *args, **kwargs):
+    """Call ``torch.cuda.<path>`` when the test runs (the facade is not in place before)."""
+
+    def call():
+        target = torch.cuda
+        for part in path.split("."):
+            target = getattr(target, part)
+        return target(*args, **kwargs)
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("call", "feature"),
+    [
+        (later("CUDAGraph"), "torch.cuda.CUDAGraph"),
+        (later("graph", None), "torch.cuda.graph"),
+        (later("make_graphed_callables", abs, ()), "torch.cuda.make_graphed_callables"),
+        (later("graph_pool_handle"), "torch.cuda.graph_pool_handle"),
+        (later("graphs.CUDAGraph"), "torch.cuda.CUDAGraph"),
+        (later("cudart"), "torch.cuda.cudart"),
+        (later("jiterator._create_jit_fn", "code"), "torch.cuda.jiterator._create_jit_fn"),
+        (later("nccl.all_reduce", []), "torch.cuda.nccl.all_reduce"),
+        (later("nccl.version"), "torch.cuda.nccl.version"),
+        (later("comm.broadcast", None, [0]), "torch.cuda.comm.broadcast"),
+        (later("caching_allocator_alloc", 16), "torch.cuda.caching_allocator_alloc"),
+        (later("MemPool"), "torch.cuda.MemPool"),
+        (later("memory._record_memory_history"), "torch.cuda.memory._record_memory_history"),
+        (later("Event", interprocess=True), "torch.cuda.Event(interprocess=True)"),
+        (lambda: torch.cuda.Event().ipc_handle(), "torch.cuda.Event.ipc_handle"),
+        (later("ExternalStream", 0), "torch.cuda.ExternalStream"),
+        (lambda: torch.cuda.current_stream().cuda_stream, "torch.cuda.Stream.cuda_stream"),
+        (later("utilization"), "torch.cuda.utilization"),
+    ],
+)
+def test_cuda_only_features_raise_a_clear_error(call, feature):
+    torchdevice.enable()
+    with pytest.raises(UnsupportedFeatureError) as info:
+        call()
+    assert isinstance(info.value, RuntimeError)
+    message = str(info.value)
+    assert message.startswith(feature)
+    assert "CUDA-only" in message
+    assert info.value.feature.startswith(feature)
+    assert len(message) > len(feature) + 80  # it says what to do instead
+
+
+def test_queries_whose_true_answer_is_no_answer_it():
+    torchdevice.enable()
+    assert torch.cuda.is_current_stream_capturing() is False
+    assert torch.cuda.graphs.is_current_stream_capturing() is False
+    assert torch.cuda.nccl.is_available([torch.ones(1)]) is False
+    torch.cuda.ipc_collect()  # no IPC handle can exist: nothing to collect
+
+
+def test_facade_objects_kept_past_disable_say_so():
+    torchdevice.enable()
+    kept = torch.cuda
+    torchdevice.disable()
+    with pytest.raises(RuntimeError, match=r"after torchdevice\.disable"):
+        kept.get_device_name()
+
+
+def test_unknown_names_fall_through_to_the_real_module():
+    torchdevice.enable()
+    assert torch.cuda.OutOfMemoryError is REAL_CUDA.OutOfMemoryError
+    assert torch.cuda.get_arch_list() == REAL_CUDA.get_arch_list()
+    assert torch.cuda.__file__ == REAL_CUDA.__file__
+
+
+def test_inductor_sees_the_real_gpu_types(monkeypatch):
+    """Inductor asserts at most one GPU type is available; it must see the truth."""
+    from torch._inductor import utils
+
+    torchdevice.enable()
+    utils.get_gpu_type.cache_clear()
+    try:
+        assert torch.cuda.is_available()
+        assert torch.mps.is_available()
+        assert utils.get_gpu_type() == "cuda"  # no AssertionError: it saw at most one
+        namespace = {
+            "__name__": "torch._inductor.somewhere",
+            "torch": torch,
+            "GPU": utils.GPU_TYPES,
+        }
+        exec("available = [t for t in GPU if getattr(torch, t).is_available()]", namespace)
+        assert namespace["available"] == []  # inductor's own view: no GPU on this host
+    finally:
+        utils.get_gpu_type.cache_clear()
+
+
+def test_cuda_host_keeps_the_real_torch_cuda_and_gets_the_mps_facade():
+    torchdevice.enable(host=Host.cuda(2))
+    assert torch.cuda is REAL_CUDA
+    assert not facade.installed()
+    assert mps_facade.installed()
+    assert torch.backends.mps.is_available()
+    assert torch.backends.mps.is_built()
+
+
+def test_mps_host_gets_the_cuda_facade_and_keeps_the_real_torch_mps():
+    torchdevice.enable(host=Host.mps("Apple M2"))
+    assert facade.installed()
+    assert not mps_facade.installed()
+    assert torch.mps is REAL_MPS
+    assert torch.backends.mps is REAL_BACKENDS_MPS
+    assert torch.cuda.get_device_name(0) == "Apple M2"
+
+
+def test_switching_hosts_inside_redirect_swaps_facades():
+    torchdevice.enable()
+    with torchdevice.redirect(host=Host.cuda(1)):
+        assert torch.cuda is REAL_CUDA
+        assert mps_facade.installed()
+    assert facade.installed()
+    assert mps_facade.installed()
+    with torchdevice.redirect(host=Host.mps()):
+        assert facade.installed()
+        assert torch.mps is REAL_MPS
+    assert mps_facade.installed()

@@ -1,0 +1,160 @@
+"""Autocast and GradScaler written for CUDA run on the real device, in the real dtype.
+
+An autocast for a device type no tensor lives on is silently a no-op, so every test checks
+that the dtype of a matmul actually changes.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import torchdevice
+from torchdevice import Host, amp
+
+CPU = torch.device("cpu")
+
+
+def matmul_dtype() -> torch.dtype:
+    a = torch.randn(4, 4, device="cuda")
+    return (a @ a).dtype
+
+
+def test_without_torchdevice_a_cuda_autocast_is_a_silent_no_op_on_the_cpu():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available" warning
+        with torch.autocast("cuda"):
+            a = torch.randn(4, 4)
+            assert (a @ a).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.autocast("cuda"),
+        lambda: torch.autocast(device_type="cuda"),
+        lambda: torch.amp.autocast("cuda"),
+        lambda: torch.autocast("mps"),
+    ],
+)
+def test_autocast_for_cuda_runs_in_the_cpus_autocast_dtype(make):
+    torchdevice.enable()
+    with make() as context:
+        assert context.device == "cpu"
+        assert torch.is_autocast_enabled("cpu")
+        assert matmul_dtype() == torch.bfloat16
+    assert matmul_dtype() == torch.float32
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_explicit_dtype_and_disabled_autocast_are_kept():
+    torchdevice.enable()
+    with torch.autocast("cuda", dtype=torch.float16):
+        assert matmul_dtype() == torch.float16
+    with torch.autocast("cuda", enabled=False):
+        assert matmul_dtype() == torch.float32
+
+
+def test_torch_cuda_amp_autocast_keeps_its_float16_default():
+    torchdevice.enable()
+    with pytest.warns(FutureWarning), torch.cuda.amp.autocast():
+        assert matmul_dtype() == torch.float16
+
+
+def test_autocast_as_a_decorator():
+    torchdevice.enable()
+
+    @torch.autocast("cuda")
+    def forward(x):
+        return x @ x
+
+    assert forward(torch.randn(2, 2, device="cuda")).dtype == torch.bfloat16
+
+
+def test_cpu_autocast_is_never_rewritten():
+    torchdevice.enable(host=Host.mps())
+    assert amp.real_device_type("cpu", "torch.autocast") == "cpu"
+    assert amp.real_device_type("cuda", "torch.autocast") == "mps"
+    assert amp.real_device_type("mps", "torch.autocast") == "mps"
+
+
+def test_cuda_host_rewrites_mps_autocast_to_cuda():
+    torchdevice.enable(host=Host.cuda(1))
+    assert amp.real_device_type("mps", "torch.autocast") == "cuda"
+    assert amp.real_device_type("cuda", "torch.autocast") == "cuda"
+
+
+def test_the_rewrite_is_reported_at_the_call_site():
+    torchdevice.enable()
+    with torch.autocast("cuda"):
+        pass
+    apis = {entry.api for entry in torchdevice.report().entries}
+    assert "torch.autocast" in apis
+
+
+def train_with_scaler(make_scaler, steps: int = 5):
+    torch.manual_seed(0)
+    model = nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = make_scaler()
+    x, y = torch.randn(32, 8, device="cuda"), torch.randn(32, 2, device="cuda")
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with torch.autocast("cuda"):
+            loss = nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    return scaler, losses
+
+
+@pytest.mark.parametrize(
+    "make_scaler",
+    [
+        lambda: torch.amp.GradScaler("cuda"),
+        lambda: torch.amp.GradScaler(init_scale=2.0**16),
+        lambda: torch.cuda.amp.GradScaler(init_scale=1024.0),
+    ],
+)
+def test_grad_scaler_for_cuda_scales_and_steps_on_the_real_device(make_scaler):
+    torchdevice.enable()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.cuda.amp.GradScaler
+        scaler, losses = train_with_scaler(make_scaler)
+    assert scaler.is_enabled()
+    assert scaler._device == "cpu"
+    assert scaler.get_scale() > 1.0
+    assert losses[-1] < losses[0]
+
+
+def test_grad_scaler_skips_a_step_with_inf_gradients_and_backs_off():
+    torchdevice.enable()
+    model = nn.Linear(2, 1).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda", init_scale=8.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model(torch.tensor([[float("inf"), 1.0]], device="cuda")).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.get_scale() == 4.0
+    for p, b in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p.detach(), b)
+
+
+def test_amp_is_restored_exactly():
+    init = torch.amp.autocast_mode.autocast.__dict__["__init__"]
+    scaler_init = torch.amp.grad_scaler.GradScaler.__dict__["__init__"]
+    torchdevice.enable()
+    assert torch.amp.autocast_mode.autocast.__dict__["__init__"] is not init
+    torchdevice.disable()
+    assert torch.amp.autocast_mode.autocast.__dict__["__init__"] is init
+    assert torch.amp.grad_scaler.GradScaler.__dict__["__init__"] is scaler_init
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.autocast("cuda").device == "cuda"
