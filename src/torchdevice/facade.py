@@ -179,7 +179,7 @@ def _install_cuda() -> None:
     cuda, subs = build_cuda_facade()
     _cuda_modules[:] = [cuda, *subs.values()]
     _placement.put("torch.cuda", cuda, torch, "cuda")
-    torch.get_device_module = get_device_module
+    torch.get_device_module = get_device_module  # type: ignore[assignment]
     for key, module in subs.items():
         _placement.put(key, module)
 
