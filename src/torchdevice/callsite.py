@@ -25,7 +25,7 @@ def _package_dir(module_name: str) -> str:
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
 # Keyed by id(code): hashing a code object recomputes its hash on every lookup (~0.1 µs on
 # 3.11). The code objects are kept alive in _seen so their ids are never reused.
-_internal_cache: dict[int, bool] = {}
+internal_cache: dict[int, bool] = {}
 _seen: list[CodeType] = []
 _lock = threading.Lock()
 
@@ -45,13 +45,13 @@ def _prefixes() -> tuple[str, ...]:
 
 def is_internal(code: CodeType) -> bool:
     """True for code inside torch, torchdevice or contextlib (cached per code object)."""
-    internal = _internal_cache.get(id(code))
+    internal = internal_cache.get(id(code))
     if internal is None:
         name = code.co_filename
         internal = name.startswith("<frozen ") or os.path.abspath(name).startswith(_prefixes())
         with _lock:
             _seen.append(code)
-            _internal_cache[id(code)] = internal
+            internal_cache[id(code)] = internal
     return internal
 
 

@@ -50,7 +50,15 @@ def _decided(rt: Runtime, decision: Decision, func: Callable[..., Any]) -> torch
         return rt.torch_device(decision.device)
     device, kind = rt.applied(decision)
     if kind is not None:
-        rt.note(decision, func, kind)
+        rt.count(decision, func, kind, 3)  # count <- _decided <- handler <- mode <- caller
+    return device
+
+
+def _apply(rt: Runtime, request: object, func: Callable[..., Any]) -> torch.device:
+    """The hot path of a redirected factory: resolve (one lookup), count, return."""
+    decision, device, kind = rt.resolve(request)
+    if kind is not None and not _is_compiling():
+        rt.count(decision, func, kind, 3)  # count <- _apply <- handler <- mode <- caller
     return device
 
 
@@ -95,6 +103,8 @@ def _factory_dtype(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
         kwargs["dtype"] = narrowed
 
 
+# Handlers may update ``kwargs`` in place: torch hands each ``__torch_function__`` call a
+# dict of its own, and the mode passes ``{}`` when there is none.
 # -- handlers ---------------------------------------------------------------------------
 def factory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -105,7 +115,6 @@ def factory(
         default = rt.default_device
         if default is None and not kwargs.get("pin_memory"):
             return func(*args, **kwargs)
-        kwargs = dict(kwargs)
         generator = kwargs.get("generator")
         if default is not None:
             # A CPU generator only draws CPU tensors: follow the generator, as
@@ -115,10 +124,9 @@ def factory(
         if rt.float64_device is not None:
             _factory_dtype(rt, func, args, kwargs)
         return func(*args, **kwargs)
-    decision = rt.decide(request)
-    kwargs = dict(kwargs)
-    kwargs["device"] = device = _decided(rt, decision, func)
-    _drop_pin(rt, device, kwargs)
+    kwargs["device"] = device = _apply(rt, request, func)
+    if "pin_memory" in kwargs:
+        _drop_pin(rt, device, kwargs)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     return func(*args, **kwargs)
@@ -131,10 +139,9 @@ def explicit_factory(
     request = kwargs.get("device")
     if request is None:
         return func(*args, **kwargs)
-    decision = rt.decide(request)
-    kwargs = dict(kwargs)
-    kwargs["device"] = device = _decided(rt, decision, func)
-    _drop_pin(rt, device, kwargs)
+    kwargs["device"] = device = _apply(rt, request, func)
+    if "pin_memory" in kwargs:
+        _drop_pin(rt, device, kwargs)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     return func(*args, **kwargs)

@@ -28,6 +28,9 @@ __all__ = ["Runtime"]
 
 _is_compiling = torch.compiler.is_compiling
 
+#: A cached resolution: the decision, its torch.device, and how the report counts it.
+Resolved = tuple[Decision, torch.device, "EventKind | None"]
+
 
 class Runtime:
     """One activation's state; shared by every thread the activation covers."""
@@ -38,7 +41,7 @@ class Runtime:
         self.recorder = recorder if recorder is not None else Recorder()
         self._state = PolicyState(cpu_override=settings.cpu_override, keep_cpu=settings.keep_cpu)
         self._lock = threading.Lock()
-        self._decisions: dict[tuple[type, object], Decision] = {}
+        self._decisions: dict[tuple[type, object], Resolved] = {}
         self._devices: dict[DeviceSpec, torch.device] = {}
         self._sites: dict[tuple[CodeType, int], CallSite] = {}
         # Per-decision application (device, report kind), keyed by id(decision); the
@@ -78,19 +81,28 @@ class Runtime:
 
     def decide(self, request: object) -> Decision:
         """The policy's decision for ``request``, cached; applies the ``cpu:-1`` toggle."""
+        return self.resolve(request)[0]
+
+    def resolve(self, request: object) -> Resolved:
+        """Decision, ``torch.device`` and report kind for ``request``: one dict lookup.
+
+        Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
+        """
         key = (type(request), request)
         try:
-            decision = self._decisions.get(key)
+            resolved = self._decisions.get(key)
         except TypeError:  # unhashable request: let the policy raise its TypeError
-            decision = None
-        if decision is None:
+            resolved = None
+        if resolved is None:
             decision = decide(request, self.host, self._state)
+            device, kind = self.applied(decision)
+            resolved = (decision, device, kind)
             if decision.toggle_override:
                 self.set_cpu_override(not self._state.cpu_override)
-                return decision
+                return resolved
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
-                self._decisions[key] = decision
-        return decision
+                self._decisions[key] = resolved
+        return resolved
 
     def torch_device(self, spec: DeviceSpec) -> torch.device:
         """``spec`` as a ``torch.device`` (built once per spec).
@@ -134,11 +146,21 @@ class Runtime:
         one counter. Under free-running threads a bump can race and undercount by one;
         every call site is still reported and logged.
         """
-        if _is_compiling():
-            return
-        frame: FrameType | None = sys._getframe(1)
-        internal = callsite.is_internal
-        while frame is not None and internal(frame.f_code):
+        if not _is_compiling():
+            self.count(decision, api, kind, 2)
+
+    def count(
+        self, decision: Decision, api: str | Callable[..., Any], kind: EventKind, skip: int
+    ) -> None:
+        """:meth:`note` without the dynamo check; ``skip`` frames are ours for sure."""
+        frame: FrameType | None = sys._getframe(skip)
+        known = callsite.internal_cache
+        while frame is not None:
+            internal = known.get(id(frame.f_code))
+            if internal is None:
+                internal = callsite.is_internal(frame.f_code)
+            if not internal:
+                break
             frame = frame.f_back
         if frame is None:
             site = callsite.site_of(None)
