@@ -28,6 +28,7 @@ from torchdevice.activation import (
     reset_report,
     set_cpu_override,
 )
+from torchdevice.environment import activation_requested
 from torchdevice.errors import (
     DeviceRequestError,
     DeviceRequestTypeError,
@@ -36,7 +37,6 @@ from torchdevice.errors import (
     UnsupportedFeatureError,
 )
 from torchdevice.host import Host
-from torchdevice.settings import activation_requested
 
 __all__ = [
     "DeviceRequestError",

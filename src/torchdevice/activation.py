@@ -13,16 +13,19 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from torchdevice import facade, mode, patches, threads
 from torchdevice import fallback as fallback_module
+from torchdevice import mode, patches, threads
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.report import MigrationReport, Recorder, configure_logging
 from torchdevice.runtime import Runtime
-from torchdevice.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from torchdevice.settings import Settings
 
 __all__ = [
     "current_runtime",
@@ -55,6 +58,13 @@ def _resolve_host(setting: Host | str | None) -> Host:
     return probe_host()
 
 
+def _facade() -> ModuleType:
+    """The facade package, imported on first activation (it pulls in psutil)."""
+    from torchdevice import facade  # noqa: PLC0415 - keeps `import torchdevice` light
+
+    return facade
+
+
 def current_runtime() -> Runtime | None:
     """The active runtime, or ``None`` while disabled."""
     return _runtime
@@ -85,7 +95,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         threads.install(_enter_current_thread)
         patches.install(current_runtime)
         _observe_native_fallback(runtime)
-        facade.install(current_runtime)  # per host: torch.cuda off CUDA, torch.mps off MPS
+        _facade().install(current_runtime)  # per host: torch.cuda off CUDA, torch.mps off MPS
         return
     _runtime, _options = runtime, options
     _mode.runtime = runtime
@@ -93,7 +103,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _mode.fallback = fallback
     _observe_native_fallback(runtime)
     mode.push(_mode)
-    facade.install(current_runtime)  # adapts the facades to the new host
+    _facade().install(current_runtime)  # adapts the facades to the new host
 
 
 def _observe_native_fallback(runtime: Runtime) -> None:
@@ -121,6 +131,8 @@ def enable(**options: Any) -> None:
         if _runtime is not None and options == _options:
             mode.push(_mode)  # type: ignore[arg-type]
             return
+        from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
+
         settings = load_settings(options)
         host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
         _configure(settings, options)
@@ -136,7 +148,7 @@ def disable() -> None:
         active = _mode
         if _runtime is not None:
             _runtime.flush()
-        facade.uninstall()
+        _facade().uninstall()
         patches.uninstall()
         fallback_module.unobserve_native()
         threads.uninstall()

@@ -20,7 +20,6 @@ from typing import Any
 from torchdevice import __version__
 from torchdevice.host import Host, probe_host
 from torchdevice.policy import decide
-from torchdevice.settings import load_settings
 
 __all__ = ["main"]
 
@@ -52,6 +51,7 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
 
 def _run(argv: Sequence[str], prog: str) -> int:
     from torchdevice import launcher  # noqa: PLC0415 - keeps `torchdevice info` light
+    from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
 
     parser = _run_parser(prog)
     ns, rest = _split(parser, list(argv))

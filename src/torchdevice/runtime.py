@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,7 +22,9 @@ from torchdevice.callsite import CallSite
 from torchdevice.host import Host
 from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide
 from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
-from torchdevice.settings import Settings
+
+if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
+    from torchdevice.settings import Settings
 
 __all__ = ["Runtime"]
 

@@ -14,23 +14,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from torchdevice.environment import ENV_VARS, activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.host import Host
 
 __all__ = ["ENV_VARS", "LogLevel", "Settings", "activation_requested", "load_settings"]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-
-#: Environment variable -> settings field it fills (variables that only switch torchdevice
-#: on at import are read by :func:`activation_requested`).
-ENV_VARS: Mapping[str, str] = {
-    "TORCHDEVICE_LOG_LEVEL": "log_level",
-    "TORCHDEVICE_KEEP_CPU": "keep_cpu",
-    "TORCHDEVICE_HOST": "host",
-    "TORCHDEVICE_REPORT": "report_path",
-    "TORCHDEVICE_FALLBACK": "fallback",
-    "TORCHDEVICE_CUDA_AVAILABLE": "cuda_available",
-}
 
 
 class Settings(BaseModel):
@@ -94,21 +84,3 @@ def load_settings(
         name = str(error["loc"][0]) if error["loc"] else "?"
         where = sources.get(name, f"{name}")
         raise SettingsError(f"invalid {where}: {error['msg']}") from None
-
-
-def activation_requested(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the environment asks for redirection from import on (SPEC §6).
-
-    ``ACTIVATE_TORCH_DEVICE=1`` or ``TORCH_ALLOW_REDIRECTS=true`` (any case) enable it;
-    ``ACTIVATE_TORCH_DEVICE`` set to anything but ``0``/``1``/empty is an error naming it,
-    while ``TORCH_ALLOW_REDIRECTS`` with any other value simply leaves torchdevice off.
-    """
-    environ = os.environ if environ is None else environ
-    activate = environ.get("ACTIVATE_TORCH_DEVICE", "").strip()
-    if activate not in ("", "0", "1"):
-        raise SettingsError(
-            f"invalid ACTIVATE_TORCH_DEVICE={activate!r} from the environment: expected '1' "
-            "to enable torchdevice at import, or '0'/unset to leave it off"
-        )
-    allow = environ.get("TORCH_ALLOW_REDIRECTS", "").strip().lower() == "true"
-    return activate == "1" or allow
