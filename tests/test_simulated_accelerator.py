@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import gc
 import io
-import os
-import subprocess
-import sys
 import weakref
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-IN_CHILD = os.environ.get("TORCHDEVICE_SIMGPU_CHILD") == "1"
+from childrun import IN_CHILD, mirror_in_parent
+
 NAME = "simgpu"
 
 
@@ -289,60 +285,9 @@ def test_autocast_is_accepted_and_casts_nothing(simgpu):
         assert (a @ a).dtype == torch.float32
 
 
-# -- running the module in a child process ------------------------------------------------
-
-
-def _outcomes(junit: Path) -> dict[str, str]:
-    """Each child test case's outcome: "" when it passed, else the failure text."""
-    outcomes = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        problems = [child for child in case if child.tag in {"failure", "error", "skipped"}]
-        outcomes[case.get("name", "")] = "\n".join(
-            f"{p.tag}: {p.get('message', '')}\n{p.text or ''}" for p in problems
-        )
-    return outcomes
-
-
-@pytest.fixture(scope="module")
-def child_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Run this module's tests once, in a fresh interpreter that registers the backend."""
-    junit = tmp_path_factory.mktemp("simgpu") / "junit.xml"
-    command = [sys.executable]
-    if sys.flags.dev_mode:
-        command += ["-X", "dev"]
-    command += [
-        "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-        "-W", "error::DeprecationWarning",
-    ]  # fmt: skip
-    env = {**os.environ, "TORCHDEVICE_SIMGPU_CHILD": "1"}
-    completed = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    if not junit.exists():
-        pytest.fail(
-            f"the child pytest run produced no report:\n{completed.stdout}\n{completed.stderr}"
-        )
-    return _outcomes(junit)
-
-
-def _from_child(name: str) -> Callable[[dict[str, str]], None]:
-    """A parent-side test that reports how ``name`` (all its parameters) did in the child."""
-
-    def from_child(child_run: dict[str, str]) -> None:
-        cases = {k: v for k, v in child_run.items() if k == name or k.startswith(f"{name}[")}
-        assert cases, f"{name} did not run in the child process"
-        failed = {k: v for k, v in cases.items() if v}
-        if failed:
-            pytest.fail("\n\n".join(f"{k}:\n{v}" for k, v in failed.items()), pytrace=False)
-
-    from_child.__name__ = name
-    from_child.__doc__ = f"{name}, run in a child process that registered the simulated device."
-    return from_child
-
+mirror_in_parent(globals())
 
 if not IN_CHILD:
-    for _name in [name for name in globals() if name.startswith("test_")]:
-        globals()[_name] = _from_child(_name)
 
     def test_the_main_process_never_registers_the_backend():
         """Importing torchdevice (and its testing package) registers nothing."""

@@ -29,6 +29,9 @@ class Host:
     kind: HostKind
     cuda_device_count: int = 0
     device_names: tuple[str, ...] = field(default=())
+    #: The torch device type the accelerator's tensors use, when it is not ``kind``: a
+    #: simulated MPS host (``torchdevice.testing``) keeps its tensors on ``simgpu``.
+    device_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("cuda", "mps", "cpu"):
@@ -65,6 +68,15 @@ class Host:
     def mps(cls, name: str = "Apple M-series GPU (MPS)") -> Host:
         """An Apple Silicon host."""
         return cls("mps", 0, (name,))
+
+    @classmethod
+    def simulated(cls, device_type: str) -> Host:
+        """An MPS host whose accelerator is the simulated backend ``device_type``.
+
+        The policy treats it as MPS (one device, CUDA requests land on it, float64 narrows);
+        tensors really live on ``device_type``, which really lacks some ops.
+        """
+        return cls("mps", 0, (f"simulated accelerator ({device_type})",), device_type)
 
     @classmethod
     def cuda(cls, count: int = 1, names: tuple[str, ...] = ()) -> Host:

@@ -42,6 +42,11 @@ class Runtime:
         self.settings = settings
         self.recorder = recorder if recorder is not None else Recorder()
         self._state = PolicyState(cpu_override=settings.cpu_override, keep_cpu=settings.keep_cpu)
+        # Backend names registered at run time (a renamed PrivateUse1) are valid requests.
+        extra = {torch._C._get_privateuse1_backend_name()}
+        if host.device_type is not None:
+            extra.add(host.device_type)
+        self._extra_types = frozenset(extra)
         self._lock = threading.Lock()
         self._decisions: dict[tuple[type, object], Resolved] = {}
         self._devices: dict[DeviceSpec, torch.device] = {}
@@ -96,7 +101,7 @@ class Runtime:
         except TypeError:  # unhashable request: let the policy raise its TypeError
             resolved = None
         if resolved is None:
-            decision = decide(request, self.host, self._state)
+            decision = decide(request, self.host, self._state, self._extra_types)
             device, kind = self.applied(decision)
             resolved = (decision, device, kind)
             if decision.toggle_override:
@@ -116,11 +121,14 @@ class Runtime:
         if device is None:
             # Built with function modes off: this may run while a mode (ours, of another
             # activation) is live, and torch.device itself dispatches to modes.
+            device_type = spec.type
+            if self.host.device_type is not None and device_type == self.host.kind:
+                device_type = self.host.device_type  # a simulated accelerator
             with torch._C.DisableTorchFunction():
-                if spec.index is None or spec.type == "cpu":
-                    device = torch.device(spec.type)
+                if spec.index is None or device_type == "cpu":
+                    device = torch.device(device_type)
                 else:
-                    device = torch.device(spec.type, spec.index)
+                    device = torch.device(device_type, spec.index)
             self._devices[spec] = device
         return device
 
