@@ -34,12 +34,14 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import torchdevice
+from torchdevice.fallback import Fallback
 
 #: Tolerance on "torchdevice costs no more per call than set_default_device": the two
 #: modes do about the same work on a miss, so allow 10 % of timing noise.
 TINY_OP_TOLERANCE = 1.10
 FACTORY_LIMIT = 2.5
 MLP_LIMIT = 1.03
+FALLBACK_LIMIT = 1.01
 
 
 class Noop(TorchFunctionMode):
@@ -69,6 +71,26 @@ class Variant:
 
 def _torchdevice_variant(name: str, loop: Callable[[int], None]) -> Variant:
     return Variant(name, loop, torchdevice.enable, torchdevice.disable)
+
+
+def _armed_fallback_variant(name: str, loop: Callable[[int], None]) -> Variant:
+    """torchdevice with the CPU fallback armed, and no op ever falling back.
+
+    A CPU-only host arms no fallback (nothing to fall back from), so the fallback of an
+    accelerator host is put on the mode by hand, for a device type no tensor here has:
+    every call then takes the armed path (the cached-op check and the ``try``) and none
+    fails — exactly the cost an accelerator host pays when nothing falls back.
+    """
+
+    def enter() -> None:
+        torchdevice.enable()
+        mode = torchdevice.activation._mode
+        runtime = torchdevice.activation.current_runtime()
+        assert mode is not None
+        assert runtime is not None
+        mode.fallback = Fallback(runtime, "privateuseone")
+
+    return Variant(name, loop, enter, torchdevice.disable)
 
 
 def _default_device_variant(name: str, loop: Callable[[int], None]) -> Variant:
@@ -198,6 +220,7 @@ def build_cases(quick: bool) -> list[Case]:
                 Variant("native", _forward_loop(mlp, mlp_x)),
                 _torchdevice_variant("torchdevice", _forward_loop(mlp, mlp_x)),
                 _noop_variant("Noop mode", _forward_loop(mlp, mlp_x)),
+                _armed_fallback_variant("torchdevice + fallback armed", _forward_loop(mlp, mlp_x)),
             ],
             25 * scale,
         ),
@@ -303,6 +326,13 @@ def targets() -> list[Target]:
             "torchdevice",
             "native",
             MLP_LIMIT,
+        ),
+        Target(
+            f"MLP forward: fallback armed, nothing falling back / torchdevice <= {FALLBACK_LIMIT}",
+            "mlp",
+            "torchdevice + fallback armed",
+            "torchdevice",
+            FALLBACK_LIMIT,
         ),
         Target("tiny op: torchdevice / native", "tiny_op", "torchdevice", "native", None),
         Target(
