@@ -339,23 +339,24 @@ def test_unknown_names_fall_through_to_the_real_module():
     assert torch.cuda.__file__ == REAL_CUDA.__file__
 
 
-def test_inductor_sees_the_real_gpu_types(monkeypatch):
+def test_inductor_sees_the_real_gpu_types():
     """Inductor asserts at most one GPU type is available; it must see the truth."""
     from torch._inductor import utils
 
+    truth = [t for t in utils.GPU_TYPES if getattr(torch, t).is_available()]
     torchdevice.enable()
     utils.get_gpu_type.cache_clear()
     try:
         assert torch.cuda.is_available()
         assert torch.mps.is_available()
-        assert utils.get_gpu_type() == "cuda"  # no AssertionError: it saw at most one
+        assert utils.get_gpu_type() == (truth or ["cuda"])[0]  # no AssertionError
         namespace = {
             "__name__": "torch._inductor.somewhere",
             "torch": torch,
             "GPU": utils.GPU_TYPES,
         }
         exec("available = [t for t in GPU if getattr(torch, t).is_available()]", namespace)
-        assert namespace["available"] == []  # inductor's own view: no GPU on this host
+        assert namespace["available"] == truth  # inductor's own view: the real GPUs
     finally:
         utils.get_gpu_type.cache_clear()
 

@@ -1,0 +1,93 @@
+"""On a real CUDA host: the torch.cuda facade stays out of the way, torch.mps answers from CUDA.
+
+Skipped without a CUDA GPU (run on the lent GPU machine).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import torch
+
+import torchdevice
+from torchdevice import facade, mps_facade
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+REAL_CUDA = sys.modules["torch.cuda"]
+MIB = 2**20
+
+
+def test_cuda_code_on_a_cuda_host_uses_the_real_torch_cuda():
+    torchdevice.enable()
+    assert torch.cuda is REAL_CUDA
+    assert not facade.installed()
+    x = torch.ones(3, device="cuda")
+    assert x.device.type == "cuda"
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.06)
+    end.record()
+    end.synchronize()
+    assert 55.0 <= start.elapsed_time(end) < 120.0
+    with torch.autocast("cuda"):
+        assert (x[None] @ x[:, None]).dtype == torch.float16
+
+
+def test_mps_first_code_runs_on_the_cuda_gpu():
+    torchdevice.enable()
+    assert mps_facade.installed()
+    assert torch.backends.mps.is_available()
+    assert torch.backends.mps.is_built()
+    device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+    x = torch.randn(256, 256, device=device)
+    assert x.device.type == "cuda"
+    torch.mps.synchronize()
+    before = torch.mps.current_allocated_memory()
+    assert before == torch.cuda.memory_allocated()
+    big = torch.empty(64 * MIB, dtype=torch.uint8, device="mps")
+    assert torch.mps.current_allocated_memory() - before >= 64 * MIB
+    assert torch.mps.driver_allocated_memory() == torch.cuda.memory_reserved()
+    del big
+    torch.mps.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    assert torch.mps.recommended_max_memory() == total
+    torch.mps.manual_seed(7)
+    a = torch.rand(4, device="mps")
+    torch.mps.manual_seed(7)
+    assert torch.equal(torch.rand(4, device="mps"), a)
+    y = x @ x  # the first matmul creates cuBLAS's handle on the host: not in the region
+    start, end = torch.mps.Event(enable_timing=True), torch.mps.Event(enable_timing=True)
+    start.record()
+    y = x @ y
+    time.sleep(0.03)
+    end.record()
+    end.synchronize()
+    assert 25.0 <= start.elapsed_time(end) < 100.0
+    assert y.device.type == "cuda"
+    with torch.autocast("mps"):
+        assert (x @ x).dtype == torch.float16
+    scaler = torch.amp.GradScaler("mps")
+    assert scaler._device == "cuda"
+    assert scaler.is_enabled()
+    with torch.mps.profiler.profile():
+        pass
+    torchdevice.disable()
+    assert not mps_facade.installed()
+    assert torch.backends.mps.is_available() is False
+
+
+def test_cpu_host_semantics_with_a_cuda_build_of_torch():
+    """The facade over a CUDA build (host forced to 'cpu'): the real module is hidden."""
+    torchdevice.enable(host="cpu")
+    assert facade.installed()
+    assert torch.zeros(1, device="cuda").device.type == "cpu"
+    assert torch.cuda.get_device_properties(0).real_type == "cpu"
+    torchdevice.disable()
+    assert torch.cuda is REAL_CUDA
+    assert torch.zeros(1, device="cuda").device.type == "cuda"
