@@ -210,3 +210,29 @@ def test_cuda_host_mps_facade_answers_from_torch_cuda(monkeypatch):
     assert torch.backends.mps.get_name() == "NVIDIA H100"
     torch.mps.manual_seed(3)
     assert generator.initial_seed() == 3
+
+
+# -- a backend registered at run time (the simulated accelerator's kind) ----------------------
+def test_a_registered_backend_answers_through_its_device_module(monkeypatch):
+    calls = []
+    generator = torch.Generator()
+
+    class Module:
+        default_generator = generator
+
+        @staticmethod
+        def synchronize():
+            calls.append("synchronize")
+
+        @staticmethod
+        def memory_allocated():
+            return 123
+
+    monkeypatch.setattr(torch, "fakedev", Module, raising=False)
+    device = real_device.ModuleDevice("fakedev")
+    device.synchronize()
+    assert calls == ["synchronize"]
+    assert device.generator() is generator
+    assert device.allocated_bytes() == 123
+    assert device.reserved_bytes() > 0  # no memory_reserved(): the host's heap
+    assert device.new_native_event(enable_timing=True) is None  # host clock

@@ -32,6 +32,7 @@ from torchdevice.runtime import Runtime
 __all__ = [
     "CpuDevice",
     "CudaDevice",
+    "ModuleDevice",
     "MpsDevice",
     "RealDevice",
     "bind",
@@ -286,12 +287,62 @@ class CudaDevice(RealDevice):
         return REAL_CUDA.Event(enable_timing=enable_timing)
 
 
+class ModuleDevice(CpuDevice):
+    """A backend registered at run time (``torch._register_device_module``), such as
+    :mod:`torchdevice.testing`'s simulated accelerator.
+
+    Its device module answers what it implements (``synchronize``, ``default_generator``,
+    ``memory_allocated``...); the rest is the host's, which is where such backends keep
+    their data. Events use the host clock: these backends run synchronously.
+    """
+
+    def __init__(self, device_type: str) -> None:
+        self.type = device_type
+
+    def _module(self) -> Any:
+        return getattr(torch, self.type)
+
+    def synchronize(self) -> None:
+        """The module's ``synchronize`` where it has one."""
+        function = getattr(self._module(), "synchronize", None)
+        if function is not None:
+            function()
+
+    def generator(self) -> torch.Generator:
+        """The module's ``default_generator``."""
+        generator = getattr(self._module(), "default_generator", None)
+        return generator if isinstance(generator, torch.Generator) else torch.default_generator
+
+    def allocated_bytes(self) -> int:
+        """The module's ``memory_allocated()``, else the C heap's."""
+        function = getattr(self._module(), "memory_allocated", None)
+        return int(function()) if function is not None else super().allocated_bytes()
+
+    def reserved_bytes(self) -> int:
+        """The module's ``memory_reserved()``, else the C heap's."""
+        function = getattr(self._module(), "memory_reserved", None)
+        return int(function()) if function is not None else super().reserved_bytes()
+
+    def empty_cache(self) -> None:
+        """The module's ``empty_cache`` where it has one."""
+        function = getattr(self._module(), "empty_cache", None)
+        if function is not None:
+            function()
+
+
 _DEVICES: dict[str, RealDevice] = {"cpu": CpuDevice(), "mps": MpsDevice(), "cuda": CudaDevice()}
 
 
 def current() -> RealDevice:
     """The device redirected accelerator requests land on in the current activation."""
-    accelerator = runtime().host.accelerator
+    host = runtime().host
+    device_type = getattr(host, "device_type", None)
+    if isinstance(device_type, str) and device_type not in ("cpu", "mps", "cuda"):
+        found = _DEVICES.get(device_type)
+        if found is None:
+            found = _DEVICES.setdefault(device_type, ModuleDevice(device_type))
+        return found
+    accelerator = host.accelerator
     return _DEVICES["cpu" if accelerator is None else accelerator]
 
 
