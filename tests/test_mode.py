@@ -345,3 +345,17 @@ def test_report_json_and_text(enabled):
     assert data["entries"][0]["api"] == "torch.ones"
     assert data["entries"][0]["requested"] == "mps:0"
     assert "torch.ones(mps:0) -> cpu:0 x1" in report.to_text()
+
+
+def test_torch_building_its_own_devices_is_applied_but_not_reported(enabled):
+    import os
+
+    # Code whose file lies inside torch's package counts as torch's own (GradScaler and
+    # autocast build device objects internally): the policy applies, the report stays quiet.
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "_torchdevice_probe.py")
+    namespace: dict[str, object] = {"torch": torch}
+    exec(compile("made = torch.device('cuda')", torch_file, "exec"), namespace)
+    assert namespace["made"] == CPU
+    assert [e for e in torchdevice.report().entries if e.api == "torch.device"] == []
+    torch.device("cuda")  # the same request from user code is reported
+    assert [e.count for e in torchdevice.report().entries if e.api == "torch.device"] == [1]

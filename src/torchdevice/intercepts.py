@@ -16,11 +16,13 @@ Deliberately left out (as ``torch/utils/_device.py`` does):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from torchdevice import callsite
 from torchdevice.host import Host
 from torchdevice.policy import Decision
 from torchdevice.report import api_name
@@ -300,6 +302,10 @@ def device_ctor(
     decision = rt.decide(request)
     if decision.action == "unchanged" and isinstance(request, torch.device):
         return request
+    if callsite.is_internal(sys._getframe(2).f_code):
+        # torch building its own device object (GradScaler.unscale_, autocast...): apply
+        # the policy, but it is no line of the user's to port, so it is not reported.
+        return rt.applied(decision)[0]
     return _decided(rt, decision, func)
 
 

@@ -48,9 +48,11 @@ class Settings(BaseModel):
     )
     cuda_available: bool = Field(
         True,
-        description="What the torch.cuda facade's is_available() answers while redirecting. "
-        "Libraries such as Accelerate pick multi-GPU paths and NCCL when it is true; set it "
-        "false to make them take their CPU/MPS paths instead.",
+        description="What the facades' availability queries answer while redirecting: "
+        "torch.cuda.is_available()/device_count() off CUDA hosts, and "
+        "torch.backends.mps.is_available()/is_built() and torch.mps.device_count() off MPS "
+        "hosts. Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA "
+        "answers true; set it false to make them take their CPU/MPS paths instead.",
     )
 
     @field_validator("log_level", mode="before")
