@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import threading
-import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -12,47 +9,8 @@ import torch
 from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
-from torchdevice import amp, facade, mps_facade, patches
-from torchdevice.mode import DeviceMode
-
-REAL_CUDA = sys.modules["torch.cuda"]
-REAL_LOAD = torch.load
-REAL_GENERATOR = torch.Generator
-REAL_SHOWWARNING = warnings.showwarning
-REAL_MPS = sys.modules["torch.mps"]
-REAL_BACKENDS_MPS = sys.modules["torch.backends.mps"]
-REAL_GET_DEVICE_MODULE = torch.get_device_module
-REAL_AUTOCAST = torch.autocast
-
-
-def torch_is_pristine() -> list[str]:
-    """What differs from native torch right now (empty when nothing does)."""
-    problems = []
-    if sys.modules["torch.cuda"] is not REAL_CUDA or torch.cuda is not REAL_CUDA:
-        problems.append("torch.cuda is not the real module")
-    if torch.load is not REAL_LOAD or torch.serialization.load is not REAL_LOAD:
-        problems.append("torch.load is wrapped")
-    if sys.modules["torch.mps"] is not REAL_MPS or torch.mps is not REAL_MPS:
-        problems.append("torch.mps is not the real module")
-    if sys.modules["torch.backends.mps"] is not REAL_BACKENDS_MPS:
-        problems.append("torch.backends.mps is not the real module")
-    if torch.get_device_module is not REAL_GET_DEVICE_MODULE:
-        problems.append("torch.get_device_module is wrapped")
-    if torch.autocast is not REAL_AUTOCAST or amp.installed():
-        problems.append("autocast is rewritten")
-    if mps_facade.installed():
-        problems.append("the torch.mps facade is installed")
-    if torch.Generator is not REAL_GENERATOR:
-        problems.append("torch.Generator is replaced")
-    if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
-        problems.append("a DeviceMode is on this thread's function-mode stack")
-    if warnings.showwarning is not REAL_SHOWWARNING:
-        problems.append("warnings.showwarning is wrapped")
-    if threading.getprofile() is not None:
-        problems.append("a threading profile hook is installed")
-    if torchdevice.is_enabled():
-        problems.append("torchdevice is enabled")
-    return problems
+from pristine import torch_is_pristine
+from torchdevice import facade, patches
 
 
 @pytest.fixture(autouse=True)

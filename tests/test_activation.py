@@ -10,7 +10,7 @@ import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 import torchdevice
-from conftest import REAL_CUDA, REAL_GENERATOR, REAL_LOAD, torch_is_pristine
+from pristine import REAL_CUDA, REAL_GENERATOR, REAL_LOAD, torch_is_pristine
 from torchdevice.mode import DeviceMode
 
 CPU = torch.device("cpu")

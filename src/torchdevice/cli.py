@@ -6,11 +6,13 @@
     python -m torchdevice [OPTIONS] -m MODULE [ARGS...]
     torchdevice run [OPTIONS] SCRIPT [ARGS...]          # the same
     torchdevice info                                    # host, policy table, versions
+    torchdevice compare [--output DIR] [PYTEST ARGS...] # tests native vs redirected
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -67,6 +69,9 @@ def _run(argv: Sequence[str], prog: str) -> int:
         launcher.run_module(ns.module, rest, options=options, report_path=report_path,
                             quiet=ns.no_report)  # fmt: skip
     elif ns.script:
+        if not Path(ns.script).exists():  # as `python missing.py`: a message, status 2
+            parser.exit(2, f"{prog}: can't open file {os.path.abspath(ns.script)!r}: "
+                        "[Errno 2] No such file or directory\n")  # fmt: skip
         launcher.run_script(ns.script, rest, options=options, report_path=report_path,
                             quiet=ns.no_report)  # fmt: skip
     else:
@@ -139,8 +144,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
         return 0
     if args[:1] == ["run"]:
         return _run(args[1:], f"{prog} run")
+    if args[:1] == ["compare"]:
+        from torchdevice import compare  # noqa: PLC0415 - only this subcommand needs it
+
+        return compare.main(args[1:], f"{prog} compare")
     if args[:1] in (["-h"], ["--help"]):
         _run_parser(prog).print_help()
-        print("\nsubcommands: run SCRIPT [ARGS...] (the default), info")
+        print("\nsubcommands: run SCRIPT [ARGS...] (the default), info, "
+              "compare [--output DIR] [PYTEST ARGS...]")  # fmt: skip
         return 0
     return _run(args, prog)

@@ -8,12 +8,17 @@ way it ends.
 
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
+import io
 import os
 import runpy
 import sys
+import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TextIO
 
 from torchdevice import activation
@@ -46,16 +51,61 @@ def _emit_report(report_path: Path | None, stream: TextIO) -> None:
         print(report.to_text(), file=stream)
 
 
+_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, runpy.__file__)
+
+
+def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the launcher's and runpy's frames: what a direct run would show."""
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+        tb = tb.tb_next
+    return tb
+
+
 def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
          report_path: Path | None, quiet: bool) -> None:  # fmt: skip
+    """Run ``target`` redirected; report; then fail the way a direct run fails.
+
+    An uncaught exception goes to ``sys.excepthook`` with the script's own frames only
+    and ends the process with status 1, as the interpreter does; ``SystemExit`` and
+    ``KeyboardInterrupt`` pass through untouched.
+    """
     activation.enable(**options)
+    failure: Exception | None = None
     try:
         with _argv(argv, path0):
             target()
+    except Exception as exc:  # reported below exactly as Python would
+        failure = exc
     finally:
         activation.disable()
         if not quiet:
             _emit_report(report_path, sys.stderr)
+    if failure is not None:
+        sys.excepthook(type(failure), failure, _script_traceback(failure.__traceback__))
+        raise SystemExit(1)
+
+
+def _exec_main(filename: str) -> None:
+    """Run a script file as ``__main__`` the way the interpreter does.
+
+    ``runpy.run_path`` would also rewrite ``sys.argv[0]`` to the path it is given; a
+    direct run keeps ``argv[0]`` as typed and gives ``__file__`` the absolute path.
+    """
+    with io.open_code(filename) as handle:
+        code = compile(handle.read(), filename, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=filename,
+        __cached__=None,
+        __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", filename),
+    )
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
 
 
 def run_script(
@@ -66,14 +116,26 @@ def run_script(
     report_path: Path | None = None,
     quiet: bool = False,
 ) -> None:
-    """Run ``script`` as ``__main__`` with ``args``, redirected; report at the end."""
+    """Run ``script`` as ``__main__`` with ``args``, redirected; report at the end.
+
+    As a direct run: ``sys.argv[0]`` is the path as given, ``__file__`` is absolute, and
+    ``sys.path[0]`` is the script's directory with symlinks resolved.
+    """
     path = Path(script)
     if not path.exists():
-        raise FileNotFoundError(f"torchdevice: can't open file {script!r}: no such file")
+        raise FileNotFoundError(
+            f"can't open file {os.path.abspath(script)!r}: [Errno 2] No such file or directory"
+        )
     argv = [script, *args]
     path0 = str(path.resolve().parent) if path.is_file() else str(path.resolve())
+    absolute = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+    target = (
+        (lambda: _exec_main(absolute))
+        if path.is_file() and path.suffix != ".zip"
+        else (lambda: runpy.run_path(absolute, run_name="__main__"))  # dir or zip app
+    )
     _run(
-        lambda: runpy.run_path(script, run_name="__main__"),
+        target,
         argv, path0, options or {}, report_path, quiet,
     )  # fmt: skip
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -74,6 +75,15 @@ class Entry:
         }
 
 
+def _display_path(filename: str) -> str:
+    """``filename`` relative to the working directory when it lies below it (text only)."""
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive (Windows)
+        return filename
+    return filename if relative.startswith(os.pardir) else relative
+
+
 @dataclass(frozen=True)
 class MigrationReport:
     """Every call site that was redirected or fell back, with counts."""
@@ -108,8 +118,10 @@ class MigrationReport:
             f"{self.total} call(s) redirected at {len(self.entries)} call site(s)",
         ]
         for entry in self.entries:
+            site = entry.site
             lines.append(
-                f"  {entry.site}: {entry.api}({entry.requested}) -> {entry.decided} "
+                f"  {_display_path(site.filename)}:{site.lineno} in {site.function}(): "
+                f"{entry.api}({entry.requested}) -> {entry.decided} "
                 f"x{entry.count} [{entry.kind}: {entry.reason}]"
             )
         return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""What native torch looks like, and a check that torch is in that state again.
+
+Imported by ``conftest.py`` (the reset fixture) and by tests that compare against it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+
+import torch
+from torch.overrides import _get_current_function_mode_stack
+
+import torchdevice
+from torchdevice import amp, mps_facade
+from torchdevice.mode import DeviceMode
+
+REAL_CUDA = sys.modules["torch.cuda"]
+REAL_LOAD = torch.load
+REAL_GENERATOR = torch.Generator
+REAL_SHOWWARNING = warnings.showwarning
+REAL_MPS = sys.modules["torch.mps"]
+REAL_BACKENDS_MPS = sys.modules["torch.backends.mps"]
+REAL_GET_DEVICE_MODULE = torch.get_device_module
+REAL_AUTOCAST = torch.autocast
+
+
+def torch_is_pristine() -> list[str]:
+    """What differs from native torch right now (empty when nothing does)."""
+    problems = []
+    if sys.modules["torch.cuda"] is not REAL_CUDA or torch.cuda is not REAL_CUDA:
+        problems.append("torch.cuda is not the real module")
+    if torch.load is not REAL_LOAD or torch.serialization.load is not REAL_LOAD:
+        problems.append("torch.load is wrapped")
+    if sys.modules["torch.mps"] is not REAL_MPS or torch.mps is not REAL_MPS:
+        problems.append("torch.mps is not the real module")
+    if sys.modules["torch.backends.mps"] is not REAL_BACKENDS_MPS:
+        problems.append("torch.backends.mps is not the real module")
+    if torch.get_device_module is not REAL_GET_DEVICE_MODULE:
+        problems.append("torch.get_device_module is wrapped")
+    if torch.autocast is not REAL_AUTOCAST or amp.installed():
+        problems.append("autocast is rewritten")
+    if mps_facade.installed():
+        problems.append("the torch.mps facade is installed")
+    if torch.Generator is not REAL_GENERATOR:
+        problems.append("torch.Generator is replaced")
+    if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
+        problems.append("a DeviceMode is on this thread's function-mode stack")
+    if warnings.showwarning is not REAL_SHOWWARNING:
+        problems.append("warnings.showwarning is wrapped")
+    if threading.getprofile() is not None:
+        problems.append("a threading profile hook is installed")
+    if torchdevice.is_enabled():
+        problems.append("torchdevice is enabled")
+    return problems
