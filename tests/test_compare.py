@@ -1,0 +1,232 @@
+"""``torchdevice compare``: the categories, the reporting plugin, and a run on the sample suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchdevice import cli
+from torchdevice.compare import (
+    RunResult,
+    TestResult,
+    _split,
+    categorize,
+    compare_runs,
+    read_results,
+    render_markdown,
+)
+from torchdevice.compare_plugin import ENV_VAR, first_line
+
+pytest_plugins = ("pytester",)
+
+SAMPLE = Path(__file__).parent / "sample_suite"
+
+
+@pytest.mark.parametrize(
+    ("native", "redirected", "category"),
+    [
+        ("passed", "failed", "regression"),
+        ("passed", "error", "regression"),
+        ("xfailed", "xpassed", "regression"),
+        ("skipped", "passed", "redirected_only"),
+        ("skipped", "failed", "redirected_only"),
+        ("absent", "passed", "redirected_only"),
+        ("passed", "skipped", "native_only"),
+        ("failed", "absent", "native_only"),
+        ("failed", "passed", "fixed"),
+        ("passed", "passed", "same"),
+        ("failed", "error", "same"),
+        ("skipped", "skipped", "same"),
+    ],
+)
+def test_categories(native: str, redirected: str, category: str) -> None:
+    assert categorize(TestResult(native), TestResult(redirected)) == category  # type: ignore[arg-type]
+
+
+def test_totals_and_pass_rate_count_verdicts_only() -> None:
+    run = RunResult("native", [])
+    read_results(
+        [
+            '{"event": "collected", "count": 5}',
+            '{"event": "test", "nodeid": "a", "outcome": "passed"}',
+            '{"event": "test", "nodeid": "b", "outcome": "passed", "redirects": 2, "fallbacks": 1}',
+            '{"event": "test", "nodeid": "c", "outcome": "failed", "message": "boom"}',
+            '{"event": "test", "nodeid": "d", "outcome": "skipped"}',
+            '{"event": "test", "nodeid": "e", "outcome": "xfailed"}',
+            "",
+        ],
+        run,
+    )
+    assert run.collected == 5
+    assert run.tests["b"] == TestResult("passed", "", 0.0, 2, 1)
+    totals = run.totals()
+    assert totals == {"tests": 5, "passed": 2, "failed": 1, "error": 0, "skipped": 1,
+                      "xfailed": 1, "xpassed": 0, "pass_rate": 0.6667}  # fmt: skip
+
+
+def test_markdown_lists_the_regressions_with_their_counts() -> None:
+    native = RunResult("native", [], exit_code=0)
+    native.tests = {"t::a": TestResult("passed"), "t::b": TestResult("skipped", "needs a GPU")}
+    redirected = RunResult("redirected", [], exit_code=1)
+    redirected.tests = {
+        "t::a": TestResult("failed", "AssertionError: a | b", 0.1, 3, 1),
+        "t::b": TestResult("passed", "", 0.1, 1, 0),
+    }
+    text = render_markdown(compare_runs(native, redirected, ["-k", "x"], "cpu host, test"))
+    lines = text.splitlines()
+    assert "- pytest arguments: `-k x`" in lines
+    assert "| pass rate (passed / passed+failed+error) | 100.0% | 50.0% |" in lines
+    assert "## Pass natively, fail redirected (1)" in lines
+    assert "| `t::a` | failed | AssertionError: a \\| b | 3 | 1 |" in lines
+    assert "## Run only redirected (1)" in lines
+    assert "| `t::b` | passed |  | needs a GPU |" in lines
+    assert "## Fail natively, pass redirected (0)" in lines
+
+
+def test_our_options_come_first_the_rest_is_pytests() -> None:
+    assert _split(["--output", "o", "-k", "x", "tests"]) == (
+        ["--output", "o"],
+        ["-k", "x", "tests"],
+    )
+    assert _split(["--quiet", "--", "--output"]) == (["--quiet"], ["--output"])
+    assert _split(["tests", "--quiet"]) == ([], ["tests", "--quiet"])
+
+
+def test_first_line_skips_blank_lines() -> None:
+    assert first_line("\n\n  RuntimeError: x  \nmore") == "RuntimeError: x"
+
+
+def test_reporting_plugin_folds_every_kind_of_outcome(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_kinds="""
+        import pytest
+
+        @pytest.fixture
+        def broken_setup():
+            raise RuntimeError("setup broke\\nsecond line")
+
+        @pytest.fixture
+        def broken_teardown():
+            yield
+            raise ValueError("teardown broke")
+
+        def test_pass(record_property):
+            record_property("torchdevice_redirects", 4)
+            record_property("torchdevice_fallbacks", 0)
+
+        def test_fail():
+            assert 1 == 2
+
+        def test_skip():
+            pytest.skip("no GPU here")
+
+        @pytest.mark.xfail(reason="known")
+        def test_xfail():
+            raise AssertionError
+
+        @pytest.mark.xfail(reason="known", strict=False)
+        def test_xpass():
+            pass
+
+        def test_setup_error(broken_setup):
+            pass
+
+        def test_teardown_error(broken_teardown):
+            pass
+        """,
+        test_broken="import nonexistent_module_for_compare",
+    )
+    log = pytester.path / "results.jsonl"
+    monkeypatch.setenv(ENV_VAR, str(log))
+    result = pytester.runpytest(
+        "-p", "torchdevice.compare_plugin", "--continue-on-collection-errors"
+    )
+    assert result.ret == 1
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r for r in records if r["event"] != "test"] == [
+        {"event": "collected", "count": 7},  # after the collection error's line
+        {"event": "finished", "exitstatus": 1},
+    ]
+    got = {
+        r["nodeid"]: (r["outcome"], r["message"], r["redirects"])
+        for r in records
+        if r["event"] == "test"
+    }
+    assert got == {
+        "test_broken.py": ("error", "ImportError while importing test module "
+                           f"'{pytester.path / 'test_broken.py'}'.", None),
+        "test_kinds.py::test_pass": ("passed", "", 4),
+        "test_kinds.py::test_fail": ("failed", "assert 1 == 2", None),
+        "test_kinds.py::test_skip": ("skipped", "no GPU here", None),
+        "test_kinds.py::test_xfail": ("xfailed", "known", None),
+        "test_kinds.py::test_xpass": ("xpassed", "", None),
+        "test_kinds.py::test_setup_error": ("error", "RuntimeError: setup broke", None),
+        "test_kinds.py::test_teardown_error": ("error", "ValueError: teardown broke", None),
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the sample suite's numbers are those of a host without CUDA"
+)
+def test_compare_the_sample_suite_under_xdist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "out"
+    status = cli.main(["compare", "--output", str(output), str(SAMPLE), "-p", "xdist", "-n", "2"])
+    out, err = capsys.readouterr()
+    assert status == 1  # one test passes natively and fails redirected
+    assert out.splitlines() == [
+        "native:     5 passed, 0 failed, 0 errors, 3 skipped; pass rate 100.0%",
+        "redirected: 6 passed, 2 failed, 0 errors, 0 skipped; pass rate 75.0%",
+        "1 pass natively but fail redirected; 3 run only redirected",
+        f"wrote {output / 'compare.json'} and {output / 'compare.md'}",
+    ]
+    progress = [line for line in err.splitlines() if "exit status" in line]
+    assert progress[0].startswith(
+        "native: 8/8 tests done (5 passed, 0 failed, 0 errors, 3 skipped) in "
+    )
+    assert progress[1].startswith(
+        "redirected: 8/8 tests done (6 passed, 2 failed, 0 errors, 0 skipped) in "
+    )
+    assert progress[-1].endswith(" s, exit status 1")
+
+    data = json.loads((output / "compare.json").read_text())
+    assert data["format"] == "torchdevice-compare/1"
+    assert data["runs"]["native"]["totals"]["pass_rate"] == 1.0
+    assert data["runs"]["redirected"]["totals"]["pass_rate"] == 0.75
+    assert data["runs"]["native"]["collected"] == data["runs"]["redirected"]["collected"] == 8
+    assert data["regressions"] == ["test_host.py::test_device_matches_request"]
+    assert data["redirected_only"] == [
+        "test_gpu.py::test_cuda_matmul",
+        "test_gpu.py::test_peak_memory",
+        "test_gpu.py::test_tensor_is_on_cuda",
+    ]
+    assert data["native_only"] == data["fixed"] == []
+    tests = {t["nodeid"]: t for t in data["tests"]}
+    regression = tests["test_host.py::test_device_matches_request"]["redirected"]
+    assert (regression["outcome"], regression["message"]) == (
+        "failed",
+        "AssertionError: assert 'cpu' == 'cuda'",
+    )
+    assert (regression["redirects"], regression["fallbacks"]) == (1, 0)
+    native_marked = tests["test_host.py::test_native_even_under_torchdevice"]
+    assert native_marked["redirected"]["outcome"] == "passed"
+    assert native_marked["redirected"]["redirects"] == 0
+
+    md = (output / "compare.md").read_text().splitlines()
+    assert "| pass rate (passed / passed+failed+error) | 100.0% | 75.0% |" in md
+    assert (
+        "| `test_host.py::test_device_matches_request` | failed "
+        "| AssertionError: assert 'cpu' == 'cuda' | 1 | 0 |"
+    ) in md
+    assert (
+        "| `test_gpu.py::test_tensor_is_on_cuda` | failed "
+        "| AssertionError: assert 'cpu' == 'cuda' | needs a CUDA GPU |"
+    ) in md
+    report = json.loads((output / "migration-report.json").read_text())
+    assert report["total_calls"] >= 3

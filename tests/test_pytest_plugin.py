@@ -1,0 +1,285 @@
+"""The pytest plugin (``--torchdevice``, the fixture, the marker), run through ``pytester``.
+
+Runs that switch torchdevice on go through ``runpytest_subprocess``: enabling in this
+process would be undone at unconfigure, but pytester's in-process runs also drop the
+modules they import from ``sys.modules``, which torch's lazily imported parts do not
+survive. Runs that leave torchdevice off stay in process (fast).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from torchdevice.pytest_plugin import merge_reports
+
+pytest_plugins = ("pytester",)
+
+#: The exact expectations below are for a host without CUDA (redirects go to the CPU).
+cpu_host_only = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="expected lines are those of a host without CUDA"
+)
+
+
+def test_options_are_in_their_own_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "torchdevice: run CUDA-first tests redirected:",
+            "  --torchdevice         redirect the whole run: every device request goes to the",
+            "  --torchdevice-report=PATH",
+        ]
+    )
+
+
+def test_marker_is_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.torchdevice_native: run this test natively (torchdevice off) "
+            "even under --torchdevice"
+        ]
+    )
+
+
+def test_without_the_option_nothing_changes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+        import sys
+
+        import pytest
+        import torch
+        import torchdevice
+
+        CUDA_MODULE = sys.modules["torch.cuda"]
+
+        def test_off():
+            assert not torchdevice.is_enabled()
+            assert "ACTIVATE_TORCH_DEVICE" not in os.environ
+            assert torch.cuda is CUDA_MODULE
+
+        @pytest.mark.torchdevice_native
+        def test_marker_alone_is_a_no_op():
+            assert not torchdevice.is_enabled()
+        """
+    )
+    result = pytester.runpytest("-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.no_fnmatch_line("torchdevice: *")
+    assert "ACTIVATE_TORCH_DEVICE" not in result.stdout.str()
+
+
+@cpu_host_only
+def test_fixture_redirects_one_test_and_restores(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+
+        import pytest
+        import torch
+        import torchdevice
+
+        def test_redirected(torchdevice):
+            assert torchdevice.host.kind == "cpu"
+            assert torch.zeros(2, device="cuda").device.type == "cpu"
+            assert torch.cuda.is_available()
+
+        def test_native_afterwards():
+            assert not torchdevice.is_enabled()
+            assert "ACTIVATE_TORCH_DEVICE" not in os.environ
+            with pytest.raises((AssertionError, RuntimeError)):
+                torch.zeros(2, device="cuda")
+
+        @pytest.mark.torchdevice_native
+        def test_fixture_wins_over_the_marker(torchdevice):
+            assert torchdevice is not None and torch.cuda.is_available()
+        """
+    )
+    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(
+        [
+            "test_fixture_redirects_one_test_and_restores.py::test_redirected PASSED*",
+            "test_fixture_redirects_one_test_and_restores.py::test_native_afterwards PASSED*",
+            "test_fixture_redirects_one_test_and_restores.py::"
+            "test_fixture_wins_over_the_marker PASSED*",
+            "*= 3 passed in *",
+        ]
+    )
+    assert result.ret == 0
+
+
+SUITE_CONFTEST = """
+import torch
+
+# Evaluated when the initial conftests load: before pytest_configure, before any test module.
+CUDA_AT_CONFTEST_IMPORT = torch.cuda.is_available()
+"""
+
+SUITE = """
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torchdevice
+
+import conftest
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def test_conftest_saw_redirected_answers():
+    assert conftest.CUDA_AT_CONFTEST_IMPORT
+
+
+@requires_cuda
+def test_gpu_only_runs():
+    assert torch.ones(2, device="cuda").device.type == "cpu"
+
+
+@pytest.mark.torchdevice_native
+def test_native():
+    assert not torchdevice.is_enabled()
+    assert not torch.cuda.is_available()
+
+
+def test_redirected_again_after_the_native_test():
+    assert torchdevice.is_enabled()
+    assert torch.zeros(1, device="cuda:0").device.type == "cpu"
+
+
+def test_child_pytest_is_redirected_too():
+    assert os.environ["ACTIVATE_TORCH_DEVICE"] == "1"
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "child_check.py"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == 0, child.stdout + child.stderr
+    assert "1 passed" in child.stdout
+"""
+
+CHILD = """
+import torch
+import torchdevice
+
+CUDA_AT_IMPORT = torch.cuda.is_available()
+
+def test_child():
+    assert CUDA_AT_IMPORT and torchdevice.is_enabled()
+"""
+
+
+@cpu_host_only
+def test_whole_suite_redirected_from_before_conftest_import(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SUITE_CONFTEST)
+    pytester.makepyfile(test_suite=SUITE, child_check=CHILD)
+    result = pytester.runpytest_subprocess(
+        "-v", "-p", "no:cacheprovider", "--torchdevice", "--torchdevice-report", "report.json"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "torchdevice: redirecting to cpu (cpu host, *)",
+            "test_suite.py::test_conftest_saw_redirected_answers PASSED*",
+            "test_suite.py::test_gpu_only_runs PASSED*",
+            "test_suite.py::test_native PASSED*",
+            "test_suite.py::test_redirected_again_after_the_native_test PASSED*",
+            "test_suite.py::test_child_pytest_is_redirected_too PASSED*",
+            "torchdevice: 2 redirected call(s) at 2 call site(s); "
+            "migration report written to report.json",
+            "*= 5 passed in *",
+        ]
+    )
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["host"].startswith("cpu host")
+    assert report["total_calls"] == 2
+    sites = sorted((e["function"], e["api"], e["requested"]) for e in report["entries"])
+    assert sites == [
+        ("test_gpu_only_runs", "torch.ones", "cuda"),
+        ("test_redirected_again_after_the_native_test", "torch.zeros", "cuda:0"),
+    ]
+
+
+XDIST_SUITE = """
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torchdevice
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def ran(name):
+    Path(__file__).with_name(f"ran-{os.environ['PYTEST_XDIST_WORKER']}-{name}").touch()
+
+
+@requires_cuda
+def test_one():
+    ran("one")
+    assert torch.ones(1, device="cuda").device.type == "cpu"
+
+
+@requires_cuda
+def test_two():
+    ran("two")
+    for _ in range(3):
+        torch.zeros(1, device="cuda")
+
+
+@pytest.mark.torchdevice_native
+def test_native():
+    ran("native")
+    assert not torchdevice.is_enabled()
+
+
+def test_fixture_nests(torchdevice):
+    ran("fixture")
+    assert torch.randn(2, device="cuda").device.type == "cpu"
+"""
+
+
+@cpu_host_only
+def test_xdist_workers_are_redirected_and_reports_merged(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_dist=XDIST_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "xdist", "-n", "2", "-p", "no:cacheprovider",
+        "--torchdevice", "--torchdevice-report", "out/report.txt",
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "torchdevice: redirecting to cpu (cpu host, *)",
+            "created: 2/2 workers",
+            "torchdevice: 5 redirected call(s) at 3 call site(s); "
+            "migration report written to out/report.txt",
+            "*= 4 passed in *",
+        ]
+    )
+    workers = {path.name.split("-")[1] for path in pytester.path.glob("ran-*")}
+    assert workers == {"gw0", "gw1"}
+    text = (pytester.path / "out" / "report.txt").read_text().splitlines()
+    assert text[0].startswith("torchdevice migration report (cpu host, ")
+    assert text[0].endswith("): 5 call(s) redirected at 3 call site(s)")
+    assert sorted(line.split(": ", 1)[1].split(" ->")[0] for line in text[1:]) == [
+        "torch.ones(cuda)",
+        "torch.randn(cuda)",
+        "torch.zeros(cuda)",
+    ]
+
+
+def test_merge_adds_counts_of_the_same_call_site() -> None:
+    def entry(line: int, count: int) -> dict[str, object]:
+        return {"file": "a.py", "line": line, "function": "f", "kind": "redirect",
+                "api": "torch.ones", "requested": "cuda", "decided": "cpu:0",
+                "reason": "why", "count": count}  # fmt: skip
+
+    merged = merge_reports(
+        [{"entries": [entry(1, 2), entry(2, 1)]}, {"entries": [entry(1, 3)]}, {}], "cpu host"
+    )
+    assert [(e.site.lineno, e.count) for e in merged.entries] == [(1, 5), (2, 1)]
+    assert merged.total == 6
+    assert merged.host == "cpu host"
