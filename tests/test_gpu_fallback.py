@@ -52,9 +52,10 @@ def test_torch_library_op_with_only_a_cpu_kernel_falls_back(redirected):
 
 
 def test_integer_matmul_cuda_lacks_falls_back_and_matches_cpu(redirected):
+    torchdevice.disable()  # inputs and reference built natively, on the CPU
     a_cpu = torch.arange(12, dtype=torch.int64).reshape(3, 4)
     b_cpu = torch.arange(8, dtype=torch.int64).reshape(4, 2)
-    torchdevice.disable()
+    expected = (a_cpu @ b_cpu).tolist()
     native_error = _error_of(lambda: torch.mm(a_cpu.cuda(), b_cpu.cuda()))
     if native_error is None:
         pytest.skip("this CUDA build implements int64 mm: no gap to fall back from")
@@ -63,7 +64,7 @@ def test_integer_matmul_cuda_lacks_falls_back_and_matches_cpu(redirected):
     result = torch.mm(a_cpu.to("cuda"), b_cpu.to("cuda"))
     assert result.device.type == "cuda"
     assert result.dtype == torch.int64
-    assert result.tolist() == (a_cpu @ b_cpu).tolist()  # .cpu() would redirect to CUDA
+    assert result.tolist() == expected  # (.cpu() would redirect to CUDA on a CUDA host)
     assert [(api, count) for api, _, count in fallbacks()] == [("torch.mm", 1)]
 
 
