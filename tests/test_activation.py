@@ -242,3 +242,22 @@ def test_torch_compile_inductor_redirected_model():
     out = compiled(x.cuda())
     assert out.device == CPU
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_mode_is_reentrant_with_nested_with_blocks():
+    """``with m: with m:`` pushes twice and pops twice (the stack keeps each entry)."""
+    from torchdevice.activation import _resolve_host
+    from torchdevice.intercepts import build_table
+    from torchdevice.runtime import Runtime
+    from torchdevice.settings import load_settings
+
+    host = _resolve_host("cpu")
+    mode = DeviceMode(Runtime(host, load_settings({})), build_table(host))
+    with mode:
+        assert _get_current_function_mode_stack() == [mode]
+        with mode:
+            assert _get_current_function_mode_stack() == [mode, mode]
+            assert cuda_tensor_device() == CPU
+        assert _get_current_function_mode_stack() == [mode]
+        assert cuda_tensor_device() == CPU
+    assert _get_current_function_mode_stack() == []
