@@ -179,6 +179,10 @@ def test_optimizer_after_module_cuda(enabled):
 def test_torch_device_is_rewritten(enabled):
     assert torch.device("cuda") == CPU
     assert torch.device("cuda", 1) == CPU
+    assert torch.device("cuda", index=0) == CPU
+    assert torch.device(type="cuda", index=1) == CPU
+    assert torch.device(type="cuda") == CPU
+    assert torch.device(type="meta") == torch.device("meta")
     assert torch.device("cuda:1") == CPU
     assert torch.device(0) == CPU
     assert torch.device("mps") == CPU

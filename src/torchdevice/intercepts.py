@@ -287,16 +287,26 @@ def device_ctor(
     ``device.type == "cuda"`` branches see the device tensors really live on.
     """
     request: object
-    if kwargs or len(args) not in (1, 2):
+    params = list(args)
+    if kwargs:  # torch.device(type="cuda", index=0), torch.device("cuda", index=0)
+        if set(kwargs) - {"type", "index"} or ("type" in kwargs and params):
+            return func(*args, **kwargs)  # not a form torch accepts: let torch say so
+        if "type" in kwargs:
+            params.append(kwargs["type"])
+        if "index" in kwargs:
+            if len(params) != 1:
+                return func(*args, **kwargs)
+            params.append(kwargs["index"])
+    if len(params) not in (1, 2):
         return func(*args, **kwargs)
-    if len(args) == 2:
-        type_, index = args
+    if len(params) == 2:
+        type_, index = params
         if not (isinstance(type_, str) and ":" not in type_ and isinstance(index, int)):
             return func(*args, **kwargs)
         # torch.device("cpu", -1) is torch's "no index", not the override.
         request = type_ if index < 0 else f"{type_}:{index}"
     else:
-        request = args[0]
+        request = params[0]
         if isinstance(request, torch.device) and request.type not in ("cpu", "cuda", "mps"):
             return request
     decision = rt.decide(request)
