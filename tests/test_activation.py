@@ -261,3 +261,23 @@ def test_the_mode_is_reentrant_with_nested_with_blocks():
         assert _get_current_function_mode_stack() == [mode]
         assert cuda_tensor_device() == CPU
     assert _get_current_function_mode_stack() == []
+
+
+def test_importing_the_package_and_plugin_does_not_import_torch():
+    """pytest loads the plugin in every run: it must not cost a torch import."""
+    import os
+    import subprocess
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+    }
+    code = (
+        "import sys, torchdevice, torchdevice.pytest_plugin; "
+        "print('torch' in sys.modules, callable(torchdevice.report))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "True"]

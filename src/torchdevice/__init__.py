@@ -19,15 +19,8 @@ if _sys.platform == "darwin" and "torch" not in _sys.modules:
     # does `import torchdevice` before `import torch`. An explicit value is respected.
     _os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
 
-from torchdevice.activation import (
-    disable,
-    enable,
-    is_enabled,
-    redirect,
-    report,
-    reset_report,
-    set_cpu_override,
-)
+from typing import TYPE_CHECKING, Any
+
 from torchdevice.environment import activation_requested
 from torchdevice.errors import (
     DeviceRequestError,
@@ -37,6 +30,46 @@ from torchdevice.errors import (
     UnsupportedFeatureError,
 )
 from torchdevice.host import Host
+from torchdevice.report import MigrationReport
+
+if TYPE_CHECKING:
+    from torchdevice.activation import (
+        disable,
+        enable,
+        is_enabled,
+        redirect,
+        reset_report,
+        set_cpu_override,
+    )
+
+#: Public functions that live in :mod:`torchdevice.activation`, which imports torch. They
+#: load on first use (PEP 562), so importing the package — as pytest does for the plugin
+#: of every run — costs nothing until torchdevice is actually asked for.
+_ACTIVATION_API = frozenset(
+    {"disable", "enable", "is_enabled", "redirect", "reset_report", "set_cpu_override"}
+)
+
+
+def report() -> MigrationReport:
+    """The migration report of this process so far: see :func:`torchdevice.activation.report`.
+
+    Defined here rather than loaded lazily: the submodule ``torchdevice.report`` (imported
+    above, so it cannot rebind the name later) would otherwise shadow it.
+    """
+    from torchdevice.activation import report as _report  # noqa: PLC0415 - deferred
+
+    return _report()
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ACTIVATION_API:
+        from torchdevice import activation  # noqa: PLC0415 - deferred on purpose
+
+        value = getattr(activation, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'torchdevice' has no attribute {name!r}")
+
 
 __all__ = [
     "DeviceRequestError",
@@ -58,4 +91,6 @@ __all__ = [
 __version__ = "0.1.0"
 
 if activation_requested():
-    enable()
+    from torchdevice.activation import enable as _enable
+
+    _enable()

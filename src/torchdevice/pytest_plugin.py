@@ -26,8 +26,9 @@ While redirection is on, each test's redirect and fallback counts are added to i
 ``torchdevice compare`` show them per test.
 
 Without ``--torchdevice``, with the fixture and marker unused, the plugin changes nothing.
-Loading it imports :mod:`torchdevice`, which imports torch (the package's ``__init__``
-does); it enables nothing and touches no state.
+Loading it costs no torch import (the package loads its torch-facing modules on first
+use, and this plugin imports them only once redirection is asked for); it enables nothing
+and touches no state.
 
 Shaped like pytest-randomly: one module, options in a named group with prefixed ``dest``,
 markers registered in ``pytest_configure``, per-run state in ``config.stash``, xdist hooks
@@ -38,14 +39,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from torchdevice import activation
 from torchdevice.callsite import CallSite
 from torchdevice.report import Entry, EventKind, MigrationReport
 
@@ -119,6 +121,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _activation() -> ModuleType:
+    """:mod:`torchdevice.activation`, imported when first needed: it imports torch, and a
+    pytest run that never asks for torchdevice should not pay for that."""
+    from torchdevice import activation  # noqa: PLC0415 - deferred on purpose
+
+    return activation
+
+
+def _enabled() -> bool:
+    """Whether redirection is on, without importing torch to find out."""
+    module = sys.modules.get("torchdevice.activation")
+    return module is not None and bool(module.is_enabled())
+
+
 def _state(config: pytest.Config) -> _State:
     return config.stash.setdefault(_STATE, _State())
 
@@ -130,7 +146,7 @@ def _start(config: pytest.Config) -> None:
         return
     state.saved_env = os.environ.get(_ENV, _UNSET)
     os.environ[_ENV] = "1"  # xdist workers and subprocesses import torchdevice enabled
-    activation.enable()
+    _activation().enable()
     state.enabled = True
 
 
@@ -163,7 +179,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_STATE, None)
     if state is None or not state.enabled:
         return
-    activation.disable()
+    _activation().disable()
     if state.saved_env == _UNSET:
         os.environ.pop(_ENV, None)
     else:
@@ -173,9 +189,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     """Say in the header that the run is redirected, and where to."""
-    if not activation.is_enabled():
+    if not _enabled():
         return None
-    runtime = activation.current_runtime()
+    runtime = _activation().current_runtime()
     assert runtime is not None
     target = runtime.default_device
     host = runtime.host
@@ -186,7 +202,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 def _counts() -> Counter[str]:
     """Redirected and fallen-back calls so far in this process, by event kind."""
     totals: Counter[str] = Counter()
-    for entry in activation.report().entries:
+    for entry in _activation().report().entries:
         totals[entry.kind] += entry.count
     return totals
 
@@ -194,10 +210,10 @@ def _counts() -> Counter[str]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Note the counts at the test's start; turn redirection off for native-marked tests."""
-    if activation.is_enabled() or "torchdevice" in getattr(item, "fixturenames", ()):
+    if _enabled() or "torchdevice" in getattr(item, "fixturenames", ()):
         item.stash[_START] = _counts()
-    if item.get_closest_marker(MARKER) is not None and activation.is_enabled():
-        activation.disable()
+    if item.get_closest_marker(MARKER) is not None and _enabled():
+        _activation().disable()
         item.stash[_RESUME] = True
 
 
@@ -218,7 +234,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
             item.user_properties.append(("torchdevice_redirects", redirects))
             item.user_properties.append(("torchdevice_fallbacks", delta["fallback"]))
         if item.stash.get(_RESUME, False):
-            activation.enable()
+            _activation().enable()
 
 
 @pytest.fixture(name="torchdevice")
@@ -228,7 +244,7 @@ def torchdevice_fixture() -> Iterator[Runtime]:
     Nests: under ``--torchdevice`` it changes nothing, in a ``torchdevice_native`` test it
     switches redirection back on for the test's body.
     """
-    with activation.redirect() as runtime:
+    with _activation().redirect() as runtime:
         yield runtime
 
 
@@ -265,7 +281,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if path is None:
         return
     state = _state(config)
-    own = activation.report()
+    own = _activation().report()
     if _is_worker(config):
         config.workeroutput[REPORT_KEY] = own.to_dict()  # type: ignore[attr-defined]
         return
