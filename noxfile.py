@@ -52,6 +52,18 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation (mkdocs + mkdocstrings); any warning fails the build.
+
+    Installs only the ``docs`` extra, not the package: mkdocstrings reads ``src/``
+    statically, so the build needs no torch.
+    """
+    extras = nox.project.load_toml("pyproject.toml")["project"]["optional-dependencies"]
+    session.install(*extras["docs"])
+    session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session
 def example(session: nox.Session) -> None:
     """Run the CUDA-first example script redirected (README command 1)."""
     _install(session)

@@ -174,7 +174,8 @@ def test_accelerator_under_torchrun_without_cuda_takes_no_nccl_path():
 
     Accelerate then behaves as it does natively on a CPU-only host: it initialises the
     process group with torch's default backend and runs undistributed. (With the default,
-    cuda_available=True, it picks NCCL, which a CPU build of torch lacks: docs/accelerate.md.)
+    cuda_available=True, it picks NCCL, which a CPU build of torch lacks:
+    docs/huggingface.md.)
     """
     with socket.socket() as probe:  # a free port for the single-process rendezvous
         probe.bind(("127.0.0.1", 0))
