@@ -97,6 +97,11 @@ def check_generation() -> None:
     check(not torch.equal(sampled, other), "sampling with another seed differs")
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Devices compared as CUDA code means them: "cuda" is "cuda:0" (the current device)."""
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
 def check_accelerate() -> None:
     """Accelerate picks its device from torch's answers; it must match where tensors land."""
     if importlib.util.find_spec("accelerate") is None:
@@ -112,8 +117,9 @@ def check_accelerate() -> None:
     model = accelerator.prepare(build_model())
     prompt = torch.randint(1, VOCAB, (1, PROMPT_LENGTH), device=accelerator.device)
     output = generate(accelerator.unwrap_model(model), prompt, do_sample=False)
-    check(accelerator.device == lands_on, "Accelerator().device is where 'cuda' tensors land")
-    check(next(model.parameters()).device == lands_on, "prepare() puts the model there")
+    check(same_device(accelerator.device, lands_on),
+          "Accelerator().device is where 'cuda' tensors land")  # fmt: skip
+    check(same_device(next(model.parameters()).device, lands_on), "prepare() puts the model there")
     check(output.shape == (1, PROMPT_LENGTH + NEW_TOKENS), "and it generates there")
     check(accelerator.num_processes == 1, "a single process, no distributed backend")
 

@@ -30,14 +30,14 @@ def check(condition: bool, what: str) -> None:
         failures.append(what)
 
 
-def stripes(n: int, generator: torch.Generator) -> TensorDataset:
+def stripes(n: int) -> TensorDataset:
     """Noisy 12x12 images: label 0 has horizontal stripes, label 1 vertical ones (on the host)."""
-    labels = torch.randint(0, 2, (n,), generator=generator)
-    phase = torch.randint(0, 2, (n, 1, 1), generator=generator)
+    labels = torch.randint(0, 2, (n,))
+    phase = torch.randint(0, 2, (n, 1, 1))
     rows = (torch.arange(12).view(1, 12, 1) + phase) % 2
     images = rows.expand(n, 12, 12).float()
     images = torch.where(labels.view(n, 1, 1).bool(), images.transpose(1, 2), images)
-    images = images + 0.3 * torch.randn(n, 12, 12, generator=generator)
+    images = images + 0.3 * torch.randn(n, 12, 12)
     return TensorDataset(images.unsqueeze(1), labels)
 
 
@@ -76,10 +76,8 @@ def main() -> int:
 
     torch.manual_seed(0)
     torch.cuda.manual_seed_all(0)
-    generator = torch.Generator().manual_seed(0)
-    train_loader = DataLoader(stripes(1024, generator), batch_size=64, shuffle=True,
-                              pin_memory=True)  # fmt: skip
-    test_loader = DataLoader(stripes(256, generator), batch_size=128, pin_memory=True)
+    train_loader = DataLoader(stripes(1024), batch_size=64, shuffle=True, pin_memory=True)
+    test_loader = DataLoader(stripes(256), batch_size=128, pin_memory=True)
 
     model = ConvNet().cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)

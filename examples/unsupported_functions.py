@@ -82,8 +82,8 @@ def cuda_only_features() -> None:
 
     print("  what still answers")
     with torch.cuda.nvtx.range("a profiled region"):  # NVTX ranges: no-ops off CUDA
-        y = x * 3
-    check(y.sum().item() == 24.0, "torch.cuda.nvtx.range() runs the code inside it")
+        y = torch.full((8,), 3.0, device="cuda") * 2
+    check(y.sum().item() == 48.0, "torch.cuda.nvtx.range() runs the code inside it")
     nccl = torch.cuda.nccl.is_available([x])
     check(nccl == (torch.version.cuda is not None and x.is_cuda), f"nccl.is_available() -> {nccl}")
     capturing = torch.cuda.is_current_stream_capturing()
