@@ -8,6 +8,8 @@ process (registering the backend is permanent); see ``childrun.py``.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -202,6 +204,45 @@ def test_a_missing_backward_op_is_a_documented_limit(simulated):
     out = nn.functional.grid_sample(image, grid, align_corners=False)
     with pytest.raises(NotImplementedError, match="grid_sampler_2d_backward"):
         out.sum().backward()
+
+
+def test_random_ops_with_a_cpu_generator_draw_natively_and_land_on_the_device(simulated):
+    expected = torch.empty(4, device="cpu").uniform_(generator=torch.Generator().manual_seed(3))
+    x = torch.empty(4, device="cuda")
+    same = x.uniform_(generator=torch.Generator().manual_seed(3))
+    assert same is x
+    assert x.device.type == NAME
+    torch.testing.assert_close(x.cpu(), expected)
+    weights = torch.tensor([0.0, 1.0, 0.0], device="cuda")
+    picks = torch.multinomial(weights, 2, replacement=True, generator=torch.Generator())
+    assert picks.device.type == NAME
+    assert picks.cpu().tolist() == [1, 1]
+
+
+def test_dataloader_pin_memory_over_data_built_on_the_accelerator(simulated):
+    """Device-less factories land on the accelerator, generator-bound ones too (drawn on
+    the CPU, then moved); DataLoader(pin_memory=True) over them trains without a device mix."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, generator=generator)
+    y = torch.randn(8, 1)
+    assert x.device.type == NAME
+    assert y.device.type == NAME
+    model = nn.Linear(3, 1).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True, pin_memory=True,
+                        generator=torch.Generator().manual_seed(1))  # fmt: skip
+    losses = []
+    for batch_x, batch_y in loader:
+        inputs, targets = batch_x.cuda(non_blocking=True), batch_y.cuda(non_blocking=True)
+        loss = nn.functional.mse_loss(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert len(losses) == 2
+    assert all(math.isfinite(value) for value in losses)
 
 
 mirror_in_parent(globals())

@@ -49,13 +49,6 @@ def test_mps_host_implicit_factories_and_modules(spy):
     assert set(on(spy, lambda: nn.Linear(2, 3))) == {MPS}
 
 
-def test_mps_host_factories_follow_their_generator(spy):
-    torchdevice.enable(host=Host.mps())
-    generator = torch.Generator()  # no device: a CPU generator, as natively
-    assert generator.device.type == "cpu"
-    assert on(spy, lambda: torch.randperm(4, generator=generator)) == []
-
-
 def test_mps_host_conversions(spy):
     t = torch.ones(2)  # built before enabling: a real CPU tensor
     torchdevice.enable(host=Host.mps())
@@ -206,3 +199,22 @@ def test_mps_host_counts_torchs_native_fallback_warnings(spy):
     ]
     torchdevice.enable(host=Host.cpu())
     assert warnings.showwarning.__module__ == "warnings"  # reconfigured: observer removed
+
+
+def test_mps_host_generator_bound_factories_draw_natively_then_move(spy):
+    native = torch.randn(3, generator=torch.Generator().manual_seed(5))
+    torchdevice.enable(host=Host.mps())
+    generator = torch.Generator().manual_seed(5)
+    calls = on(spy, lambda: torch.randn(3, generator=generator, requires_grad=True))
+    assert calls == [MPS]  # drawn on the CPU, then moved: the spy sees the move
+    drawn = torch.randn(3, generator=torch.Generator().manual_seed(5), device="cpu:-1")
+    torch.testing.assert_close(drawn, native)  # the numbers a native run draws
+    leaf = torch.rand(2, generator=generator, requires_grad=True)
+    assert leaf.is_leaf
+    assert leaf.requires_grad
+
+
+def test_mps_host_pin_memory_of_an_accelerator_tensor_is_a_no_op(spy):
+    torchdevice.enable(host=Host.mps())
+    on_device = torch.ones(2)  # implicit: on the accelerator (meta under the spy)
+    assert on_device.pin_memory() is on_device

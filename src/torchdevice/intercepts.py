@@ -115,14 +115,15 @@ def factory(
     request = kwargs.get("device")
     if request is None:
         default = rt.default_device
-        if default is None and not kwargs.get("pin_memory"):
+        if default is None or kwargs.get("out") is not None:  # out= decides the device
+            if kwargs.get("pin_memory"):
+                _drop_pin(rt, None, kwargs)
             return func(*args, **kwargs)
         generator = kwargs.get("generator")
-        if default is not None:
-            # A CPU generator only draws CPU tensors: follow the generator, as
-            # set_default_device users learn the hard way (DataLoader's randperm).
-            kwargs["device"] = generator.device if generator is not None else default
-        _drop_pin(rt, kwargs.get("device"), kwargs)
+        if generator is not None and generator.device.type != default.type:
+            return _drawn_then_moved(rt, func, args, kwargs, generator.device, default)
+        kwargs["device"] = default
+        _drop_pin(rt, default, kwargs)
         if rt.float64_device is not None:
             _factory_dtype(rt, func, args, kwargs)
         return func(*args, **kwargs)
@@ -132,6 +133,64 @@ def factory(
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     return func(*args, **kwargs)
+
+
+def _drawn_then_moved(
+    rt: Runtime,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    source: torch.device,
+    target: torch.device,
+) -> torch.Tensor:
+    """A device-less factory given a generator of another device (a CPU one, typically).
+
+    A generator only draws on its own device, so the values are drawn there — the very
+    numbers a native run draws — and the tensor then moves to where device-less factories
+    land, so it meets the rest of the program's tensors (the model, other data) on one
+    device. A leaf asked for with ``requires_grad=True`` stays a leaf.
+    """
+    requires_grad = bool(kwargs.pop("requires_grad", False))
+    kwargs.pop("pin_memory", None)  # the result lives on the accelerator: nothing to pin
+    kwargs["device"] = source
+    drawn: torch.Tensor = func(*args, **kwargs)
+    dtype = drawn.dtype
+    if rt.float64_device is not None:
+        dtype = _narrow_float64(rt, func, target, dtype)
+    moved = drawn.to(target, dtype)
+    return moved.requires_grad_() if requires_grad else moved
+
+
+def generator_bound(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Random ops given a generator of another device than their tensor's.
+
+    The factory rule's other half: redirected tensors live on the accelerator while a
+    ``torch.Generator()`` made without a device stays on the CPU (DataLoader draws its
+    seed with ``torch.empty(()).random_(generator=g)``). The numbers are drawn on the
+    generator's device, as natively, and land on the tensor's: in place for ``x.uniform_``
+    and friends, moved for ``torch.bernoulli``/``multinomial``/``normal``.
+    """
+    generator = kwargs.get("generator")
+    tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if generator is None or tensor is None or tensor.device == generator.device:
+        return func(*args, **kwargs)
+    source = generator.device
+    moved = tuple(a.to(source) if isinstance(a, torch.Tensor) else a for a in args)
+    result = func(*moved, **kwargs)
+    if getattr(func, "__name__", "").endswith("_"):  # in place: write into the original
+        with torch.no_grad():
+            tensor.copy_(moved[0])
+        return tensor
+    return result.to(tensor.device)
+
+
+_GENERATOR_OPS = (
+    "random_", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_",
+    "log_normal_", "cauchy_",
+)  # fmt: skip
+_GENERATOR_FUNCTIONS = ("bernoulli", "multinomial", "normal", "poisson")
 
 
 def explicit_factory(
@@ -332,9 +391,17 @@ def tensor_numpy(
 def pin_memory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Tensor.pin_memory()`` without CUDA: an unpinned copy, as the pinned one would be."""
+    """``Tensor.pin_memory()``: pinning is a host-to-device transfer optimisation.
+
+    A tensor already on the accelerator (a redirected factory put it there; DataLoader's
+    pin-memory thread pins whatever the dataset returns) is returned as is, ready for the
+    transfer it was being prepared for; natively, pinning it would raise. Without CUDA
+    there is no pinned memory: a CPU tensor gets an ordinary copy, as a pinned one would be.
+    """
     tensor = args[0]
-    if rt.can_pin or tensor.device.type != "cpu":
+    if tensor.device.type != "cpu":
+        return tensor
+    if rt.can_pin:
         return func(*args, **kwargs)
     return tensor.clone()
 
@@ -371,8 +438,11 @@ def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
     table[torch.Tensor.cpu] = tensor_cpu
     table[torch.Tensor.type] = tensor_type
     table[torch.device] = device_ctor
-    if host.kind != "cuda":
-        table[torch.Tensor.pin_memory] = pin_memory
+    table[torch.Tensor.pin_memory] = pin_memory
     if host.accelerator is not None:
         table[torch.Tensor.numpy] = tensor_numpy
+        for name in _GENERATOR_OPS:
+            table[getattr(torch.Tensor, name)] = generator_bound
+        for name in _GENERATOR_FUNCTIONS:
+            table[getattr(torch, name)] = generator_bound
     return table

@@ -19,6 +19,7 @@ import torch
 
 from torchdevice import callsite
 from torchdevice.callsite import CallSite
+from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide
 from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
@@ -101,7 +102,16 @@ class Runtime:
         except TypeError:  # unhashable request: let the policy raise its TypeError
             resolved = None
         if resolved is None:
-            decision = decide(request, self.host, self._state, self._extra_types)
+            try:
+                decision = decide(request, self.host, self._state, self._extra_types)
+            except DeviceRequestError:
+                # A backend registered since this activation began (a renamed PrivateUse1)
+                # is a valid device type too: learn its name and decide again.
+                name = torch._C._get_privateuse1_backend_name()
+                if name in self._extra_types:
+                    raise
+                self._extra_types = self._extra_types | {name}
+                decision = decide(request, self.host, self._state, self._extra_types)
             device, kind = self.applied(decision)
             resolved = (decision, device, kind)
             if decision.toggle_override:
