@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
-__all__ = ["CallSite", "caller_frame", "is_internal", "site_of"]
+__all__ = ["CallSite", "is_internal", "site_of", "user_frame"]
 
 
 def _package_dir(module_name: str) -> str:
@@ -55,13 +55,19 @@ def is_internal(code: CodeType) -> bool:
     return internal
 
 
-def caller_frame(depth: int) -> FrameType | None:
-    """The first frame at or above ``depth`` (relative to the caller) that is user code."""
-    try:
-        frame: FrameType | None = sys._getframe(depth + 1)
-    except ValueError:
-        return None
-    while frame is not None and is_internal(frame.f_code):
+def user_frame(depth: int) -> FrameType | None:
+    """The first frame at or above ``depth`` (relative to the caller) that is user code.
+
+    On the redirect hot path: one cached dict lookup by code id per frame walked.
+    """
+    frame: FrameType | None = sys._getframe(depth + 1)
+    known = internal_cache
+    while frame is not None:
+        internal = known.get(id(frame.f_code))
+        if internal is None:
+            internal = is_internal(frame.f_code)
+        if not internal:
+            break
         frame = frame.f_back
     return frame
 

@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 
-__all__ = ["Fallback", "is_capability_error", "observe_native", "unobserve_native"]
+__all__ = ["Fallback", "Unsupported", "is_capability_error", "observe_native", "unobserve_native"]
 
 #: Messages of device-capability errors (MPS, CUDA, PrivateUse1 backends, dtype gaps).
 _CAPABILITY = re.compile(
@@ -74,7 +74,7 @@ def _storage(tensor: torch.Tensor) -> int:
         return -1
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     """Internal: the fallback does not apply; the caller re-raises the original error."""
 
 
@@ -107,15 +107,15 @@ class Fallback:
         """Run ``func`` on the CPU and move results back; raise ``error`` if impossible.
 
         Called inside the mode's ``except`` block, so a bare ``raise`` by the caller keeps
-        the original traceback; here ``_Unsupported`` signals "not applicable".
+        the original traceback; here ``Unsupported`` signals "not applicable".
         """
         device = self._device(args, kwargs)
         if device is None:
-            raise _Unsupported
+            raise Unsupported
         if not self.enabled:
             if error is not None:
                 fallback_hint(error)
-            raise _Unsupported
+            raise Unsupported
         cpu_args, cpu_kwargs = tree_map_only(
             torch.Tensor, lambda t: t.cpu() if t.device == device else t, (args, kwargs)
         )
@@ -123,13 +123,13 @@ class Fallback:
         try:
             result = func(*cpu_args, **cpu_kwargs)
         except Exception:
-            raise _Unsupported from None
+            raise Unsupported from None
         out = kwargs.get("out")
         if _is_inplace(func) or out is not None:
             return self._write_back(func, args, kwargs, cpu_args, cpu_kwargs, result)
         for tensor in _tensors((result,), {}):
             if _storage(tensor) in inputs:
-                raise _Unsupported  # a view of an input: a copy would break aliasing
+                raise Unsupported  # a view of an input: a copy would break aliasing
         moved = tree_map_only(torch.Tensor, lambda t: t.to(device), result)
         self._remember(func, args, kwargs, device, error)
         return moved
@@ -211,9 +211,6 @@ def fallback_hint(error: BaseException) -> None:
             "torchdevice: this op is not supported on the device; enable(fallback=True) "
             "(or TORCHDEVICE_FALLBACK=1) reruns such ops on the CPU."
         )
-
-
-Unsupported = _Unsupported
 
 
 # -- PyTorch's own MPS fallback -----------------------------------------------------------

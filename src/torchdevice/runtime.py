@@ -9,10 +9,8 @@ dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from collections.abc import Callable
-from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,7 +49,6 @@ class Runtime:
         self._lock = threading.Lock()
         self._decisions: dict[tuple[type, object], Resolved] = {}
         self._devices: dict[DeviceSpec, torch.device] = {}
-        self._sites: dict[tuple[CodeType, int], CallSite] = {}
         # Per-decision application (device, report kind), keyed by id(decision); the
         # decisions are kept alive in _kept so their ids are never reused.
         self._applied: dict[int, tuple[torch.device, EventKind | None]] = {}
@@ -173,15 +170,7 @@ class Runtime:
         self, decision: Decision, api: str | Callable[..., Any], kind: EventKind, skip: int
     ) -> None:
         """:meth:`note` without the dynamo check; ``skip`` frames are ours for sure."""
-        frame: FrameType | None = sys._getframe(skip)
-        known = callsite.internal_cache
-        while frame is not None:
-            internal = known.get(id(frame.f_code))
-            if internal is None:
-                internal = callsite.is_internal(frame.f_code)
-            if not internal:
-                break
-            frame = frame.f_back
+        frame = callsite.user_frame(skip)
         if frame is None:
             site = callsite.site_of(None)
             self._record(site, decision, api, kind)
@@ -228,24 +217,8 @@ class Runtime:
         """Record an event that is not a policy decision (a fallback, a dtype rule)."""
         if _is_compiling():
             return
-        self.recorder.record(self._user_site(), kind, api, requested, decided, reason)
-
-    def _user_site(self) -> CallSite:
-        """The first frame of user code above us (a cached dict lookup per frame).
-
-        Walks up past torchdevice's, torch's and contextlib's frames.
-        """
-        frame: FrameType | None = sys._getframe(2)
-        internal = callsite.is_internal
-        while frame is not None and internal(frame.f_code):
-            frame = frame.f_back
-        if frame is None:
-            return callsite.site_of(None)
-        key = (frame.f_code, frame.f_lineno)
-        site = self._sites.get(key)
-        if site is None:
-            site = self._sites[key] = callsite.site_of(frame)
-        return site
+        site = callsite.site_of(callsite.user_frame(1))
+        self.recorder.record(site, kind, api, requested, decided, reason)
 
     def report(self) -> MigrationReport:
         """The migration report of this activation so far."""
