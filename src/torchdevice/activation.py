@@ -71,9 +71,11 @@ def current_runtime() -> Runtime | None:
 
 
 def _enter_current_thread() -> None:
+    """Push the active mode on the calling thread; it leaves again when the thread ends."""
     active = _mode
     if active is not None:
         mode.push(active)
+        threads.guard_exit()
 
 
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
@@ -91,8 +93,8 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     if _mode is None:
         new_mode = mode.DeviceMode(runtime, table, fallback)
         _runtime, _mode, _options = runtime, new_mode, options
-        mode.push(new_mode)
-        threads.install(_enter_current_thread)
+        threads.install(_enter_current_thread, mode.remove_all)
+        _enter_current_thread()
         patches.install(current_runtime)
         _observe_native_fallback(runtime)
         _facade().install(current_runtime)  # per host: torch.cuda off CUDA, torch.mps off MPS
@@ -102,7 +104,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _mode.table = table
     _mode.fallback = fallback
     _observe_native_fallback(runtime)
-    mode.push(_mode)
+    _enter_current_thread()
     _facade().install(current_runtime)  # adapts the facades to the new host
 
 
@@ -129,7 +131,7 @@ def enable(**options: Any) -> None:
     """
     with _lock:
         if _runtime is not None and options == _options:
-            mode.push(_mode)  # type: ignore[arg-type]
+            _enter_current_thread()
             return
         from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
 

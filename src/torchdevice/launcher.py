@@ -8,6 +8,7 @@ way it ends.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import importlib.machinery
 import io
@@ -63,26 +64,25 @@ def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
          report_path: Path | None, quiet: bool) -> None:  # fmt: skip
-    """Run ``target`` redirected; report; then fail the way a direct run fails.
+    """Run ``target`` redirected, then fail the way a direct run fails.
 
-    An uncaught exception goes to ``sys.excepthook`` with the script's own frames only
-    and ends the process with status 1, as the interpreter does; ``SystemExit`` and
-    ``KeyboardInterrupt`` pass through untouched.
+    Redirection stays on until the process ends, as the device the script was written
+    for stays there: threads still running when the script's main code returns, daemon
+    threads and ``atexit`` handlers all run redirected. The report is printed by an
+    ``atexit`` handler, so it comes after the interpreter has joined those threads and
+    counts what they redirected. An uncaught exception goes to ``sys.excepthook`` with
+    the script's own frames only and ends the process with status 1, as the interpreter
+    does; ``SystemExit`` and ``KeyboardInterrupt`` pass through untouched.
     """
     activation.enable(**options)
-    failure: Exception | None = None
+    if not quiet:
+        atexit.register(_emit_report, report_path, sys.stderr)
     try:
         with _argv(argv, path0):
             target()
     except Exception as exc:  # reported below exactly as Python would
-        failure = exc
-    finally:
-        activation.disable()
-        if not quiet:
-            _emit_report(report_path, sys.stderr)
-    if failure is not None:
-        sys.excepthook(type(failure), failure, _script_traceback(failure.__traceback__))
-        raise SystemExit(1)
+        sys.excepthook(type(exc), exc, _script_traceback(exc.__traceback__))
+        raise SystemExit(1) from None
 
 
 def _exec_main(filename: str) -> None:

@@ -23,7 +23,7 @@ from torchdevice.fallback import Fallback, Unsupported, is_capability_error
 from torchdevice.intercepts import Handler
 from torchdevice.runtime import Runtime
 
-__all__ = ["DeviceMode", "is_on_stack", "push", "remove"]
+__all__ = ["DeviceMode", "is_on_stack", "push", "remove", "remove_all"]
 
 _EMPTY: Mapping[Callable[..., Any], Handler] = {}
 
@@ -114,3 +114,13 @@ def remove(mode: DeviceMode) -> bool:
     for entry in reversed(above):
         entry.__enter__()  # restores the modes entered after ours, in order
     return True
+
+
+def remove_all() -> None:
+    """Take every :class:`DeviceMode` off the calling thread's stack (a thread's last act).
+
+    A thread can hold more than one: the inert mode of an earlier activation and the
+    current one. Other modes stay, in their order.
+    """
+    for entry in [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]:  # type: ignore[no-untyped-call]
+        remove(entry)
