@@ -24,9 +24,10 @@ import torch
 
 from torchdevice import callsite
 from torchdevice.host import Host
-from torchdevice.policy import Decision
+from torchdevice.policy import Decision, Standing, stands_for
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
+from torchdevice.transfers import device_object, mark, moved, requested, standing
 
 __all__ = ["Handler", "build_table"]
 
@@ -56,12 +57,21 @@ def _decided(rt: Runtime, decision: Decision, func: Callable[..., Any]) -> torch
     return device
 
 
-def _apply(rt: Runtime, request: object, func: Callable[..., Any]) -> torch.device:
-    """The hot path of a redirected factory: resolve (one lookup), count, return."""
+def _apply(
+    rt: Runtime, request: object, func: Callable[..., Any]
+) -> tuple[torch.device, Standing | None]:
+    """The hot path of a redirected factory: resolve (one lookup), count, return.
+
+    Also says what to mark the result as (:mod:`torchdevice.transfers`) when it lands on
+    a real device other than the one the request stands for; ``None`` when it does not.
+    """
     decision, device, kind = rt.resolve(request)
     if kind is not None and not _is_compiling():
         rt.count(decision, func, kind, 3)  # count <- _apply <- handler <- mode <- caller
-    return device
+    wanted = requested(request, stands_for(decision.requested))
+    if wanted is None or wanted == ("host" if device.type == "cpu" else "device"):
+        return device, None
+    return device, wanted
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
@@ -126,13 +136,50 @@ def factory(
         _drop_pin(rt, default, kwargs)
         if rt.float64_device is not None:
             _factory_dtype(rt, func, args, kwargs)
-        return func(*args, **kwargs)
-    kwargs["device"] = device = _apply(rt, request, func)
+        # Natively a host tensor; here on the accelerator: it stands for the host.
+        return mark(func(*args, **kwargs), "host")
+    device, marked_as = _apply(rt, request, func)
+    kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
-    return func(*args, **kwargs)
+    if func in _DATA_FACTORIES and args:
+        wanted = requested(request, stands_for(rt.decide(request).requested))
+        return _from_data(func, args, kwargs, wanted)
+    result = func(*args, **kwargs)
+    return result if marked_as is None else mark(result, marked_as)
+
+
+def _from_data(
+    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+    wanted: Standing | None,
+) -> Any:  # fmt: skip
+    """``torch.tensor/as_tensor/asarray(data, device=...)`` with the device's copy rules.
+
+    Data on the host (a NumPy array, a host tensor) given to a device request is copied,
+    as a host-to-device transfer copies, even where the real device is the same and
+    ``as_tensor``/``asarray`` would alias it; a tensor already standing for the wanted
+    device is shared, as natively.
+    """
+    data = args[0]
+    if wanted is None:
+        return func(*args, **kwargs)
+    source: Standing = standing(data) if isinstance(data, torch.Tensor) else "host"
+    if source != wanted and func is torch.asarray and kwargs.get("copy") is None:
+        kwargs["copy"] = True
+    result = func(*args, **kwargs)
+    if source != wanted and func is torch.as_tensor and _aliases(result, data):
+        result = result.clone()
+    return mark(result, wanted)
+
+
+def _aliases(result: torch.Tensor, data: object) -> bool:
+    """Whether ``as_tensor`` shared ``data``'s memory instead of copying it."""
+    if isinstance(data, torch.Tensor):
+        return result.untyped_storage().data_ptr() == data.untyped_storage().data_ptr()
+    interface = getattr(data, "__array_interface__", None)
+    return isinstance(interface, dict) and result.data_ptr() == interface["data"][0]
 
 
 def _drawn_then_moved(
@@ -157,8 +204,8 @@ def _drawn_then_moved(
     dtype = drawn.dtype
     if rt.float64_device is not None:
         dtype = _narrow_float64(rt, func, target, dtype)
-    moved = drawn.to(target, dtype)
-    return moved.requires_grad_() if requires_grad else moved
+    result = mark(drawn.to(target, dtype), "host")  # a device-less factory's result
+    return result.requires_grad_() if requires_grad else result
 
 
 def generator_bound(
@@ -200,18 +247,24 @@ def explicit_factory(
     request = kwargs.get("device")
     if request is None:
         return func(*args, **kwargs)
-    kwargs["device"] = device = _apply(rt, request, func)
+    device, marked_as = _apply(rt, request, func)
+    kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
-    return func(*args, **kwargs)
+    result = func(*args, **kwargs)
+    return result if marked_as is None else mark(result, marked_as)
 
 
 def _rewrite_to_args(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], first: int
-) -> tuple[tuple[Any, ...], dict[str, Any], Decision | None]:
-    """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``."""
+) -> tuple[tuple[Any, ...], dict[str, Any], Standing | None]:
+    """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``.
+
+    Also returns what the requested device stands for (``None``: no device requested, or
+    one the policy does not govern), for the copy semantics of :mod:`torchdevice.transfers`.
+    """
     if "device" in kwargs:
         request = kwargs["device"]
         if request is None:
@@ -219,30 +272,31 @@ def _rewrite_to_args(
         decision = rt.decide(request)
         kwargs = dict(kwargs)
         kwargs["device"] = _decided(rt, decision, func)
-        return args, kwargs, decision
+        return args, kwargs, requested(request, stands_for(decision.requested))
     if len(args) > first and _is_device_arg(args[first]):
-        decision = rt.decide(args[first])
+        request = args[first]
+        decision = rt.decide(request)
         device = _decided(rt, decision, func)
-        return (*args[:first], device, *args[first + 1 :]), kwargs, decision
+        wanted = requested(request, stands_for(decision.requested))
+        return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
     return args, kwargs, None
 
 
 def tensor_to(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Tensor.to``: rewrite the device; a redirected move never aliases its source.
+    """``Tensor.to``: rewrite the device; keep the device's identity and copy semantics.
 
-    Native ``t.to("cuda")`` on a CPU tensor copies, so code may mutate the result freely;
-    when the redirect lands on the tensor's own device, ``.to`` would return ``self``,
-    so the result is cloned instead.
+    A transfer to where the tensor already stands returns it; one between host and
+    device gives an independent copy, even where both land on one real device
+    (:mod:`torchdevice.transfers`).
     """
-    args, kwargs, decision = _rewrite_to_args(rt, func, args, kwargs, 1)
+    source = args[0]
+    args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 1)
     if rt.float64_device is not None:
         args, kwargs = _to_dtype_rule(rt, func, args, kwargs)
     result = func(*args, **kwargs)
-    if decision is not None and decision.moved and result is args[0]:
-        return result.clone()
-    return result
+    return result if wanted is None else moved(source, result, wanted)
 
 
 def _to_dtype_rule(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
@@ -268,24 +322,29 @@ def _to_dtype_rule(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
 def parse_to(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``torch._C._nn._parse_to``: how ``Module.to`` reads its arguments."""
-    args, kwargs, _ = _rewrite_to_args(rt, func, args, kwargs, 0)
-    return func(*args, **kwargs)
+    """``torch._C._nn._parse_to``: how ``Module.to`` reads its arguments.
+
+    The device it returns is the one ``Module.to`` hands every parameter's ``.to()``:
+    it keeps what the request stood for (:func:`~torchdevice.transfers.device_object`).
+    """
+    args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 0)
+    device, *rest = func(*args, **kwargs)
+    if device is None:
+        return (device, *rest)
+    return (device_object(device, wanted), *rest)
 
 
 def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: object,
           non_blocking: bool, memory_format: torch.memory_format) -> Any:  # fmt: skip
+    """``.cuda()``/``.cpu()`` as ``.to(device)``, with the device's copy semantics."""
     decision = rt.decide(request)
-    if decision.action == "unchanged":
-        return None
     device = _decided(rt, decision, func)
     dtype = tensor.dtype
     if rt.float64_device is not None:
         dtype = _narrow_float64(rt, func, device, dtype)
     result = tensor.to(device, dtype, non_blocking=non_blocking, memory_format=memory_format)
-    if result is tensor and decision.moved:
-        result = result.clone()
-    return result
+    wanted = requested(request, stands_for(decision.requested))
+    return result if wanted is None else moved(tensor, result, wanted)
 
 
 def tensor_cuda(
@@ -296,13 +355,14 @@ def tensor_cuda(
     device = rest[0] if rest else kwargs.get("device")
     request: object = "cuda" if device is None else device
     if (isinstance(request, str) and not request.startswith("cuda")) or (
-        isinstance(request, torch.device) and request.type != "cuda"
+        isinstance(request, torch.device)
+        and request.type != "cuda"
+        and requested(request, None) != "device"  # torch.device("cuda") decided elsewhere
     ):
         return func(*args, **kwargs)  # torch rejects .cuda("cpu"); let it say so
     non_blocking = rest[1] if len(rest) > 1 else kwargs.get("non_blocking", False)
     memory_format = kwargs.get("memory_format", torch.preserve_format)
-    result = _move(rt, func, tensor, request, non_blocking, memory_format)
-    return func(*args, **kwargs) if result is None else result
+    return _move(rt, func, tensor, request, non_blocking, memory_format)
 
 
 def tensor_cpu(
@@ -310,8 +370,7 @@ def tensor_cpu(
 ) -> Any:
     """``Tensor.cpu(memory_format=...)``: a CPU request like any other."""
     memory_format = kwargs.get("memory_format", torch.preserve_format)
-    result = _move(rt, func, args[0], "cpu", False, memory_format)
-    return func(*args, **kwargs) if result is None else result
+    return _move(rt, func, args[0], "cpu", False, memory_format)
 
 
 def tensor_type(
@@ -334,7 +393,7 @@ def tensor_type(
     non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
     cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
     result = cast.to(_decided(rt, decision, func), non_blocking=non_blocking)
-    return result.clone() if result is tensor else result
+    return moved(tensor, result, "device")
 
 
 def device_ctor(
@@ -371,11 +430,12 @@ def device_ctor(
     decision = rt.decide(request)
     if decision.action == "unchanged" and isinstance(request, torch.device):
         return request
+    wanted = stands_for(decision.requested)
     if callsite.is_internal(sys._getframe(2).f_code):
         # torch building its own device object (GradScaler.unscale_, autocast...): apply
         # the policy, but it is no line of the user's to port, so it is not reported.
-        return rt.applied(decision)[0]
-    return _decided(rt, decision, func)
+        return device_object(rt.applied(decision)[0], wanted)
+    return device_object(_decided(rt, decision, func), wanted)
 
 
 def tensor_numpy(

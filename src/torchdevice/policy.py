@@ -34,8 +34,10 @@ __all__ = [
     "DeviceLike",
     "DeviceSpec",
     "PolicyState",
+    "Standing",
     "decide",
     "parse_request",
+    "stands_for",
 ]
 
 #: Device types ``torch.device`` accepts, in the order torch 2.13's error message lists them.
@@ -50,6 +52,8 @@ GOVERNED_TYPES = frozenset({"cpu", "cuda", "mps"})
 _DEVICE_STRING = re.compile(r"(?P<type>[a-zA-Z_][a-zA-Z0-9_]*)(?::(?P<index>0|-1|[1-9][0-9]*))?")
 
 Action = Literal["unchanged", "redirect", "fallback", "default", "override"]
+#: What a tensor means to the code that made it: host memory, or an accelerator's.
+Standing = Literal["host", "device"]
 
 
 @runtime_checkable
@@ -109,6 +113,20 @@ class Decision:
 _CPU = DeviceSpec("cpu", 0)
 _MPS = DeviceSpec("mps", 0)
 _CUDA_CURRENT = DeviceSpec("cuda", None)
+
+
+def stands_for(requested: DeviceSpec | None) -> Standing | None:
+    """What a request asks for in the code's own terms: the host or the device.
+
+    ``"cpu"`` (``"cpu:-1"`` too) and no device at all (factories create on the CPU
+    natively) ask for the host; ``"cuda"`` and ``"mps"`` for the device. Types the
+    policy does not govern (``meta``...) give ``None``: they keep torch's own semantics.
+    """
+    if requested is None or requested.type == "cpu":
+        return "host"
+    if requested.type in ("cuda", "mps"):
+        return "device"
+    return None
 
 
 def parse_request(request: object, extra_types: frozenset[str] = frozenset()) -> DeviceSpec | None:

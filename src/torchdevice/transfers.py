@@ -1,0 +1,124 @@
+"""What a tensor stands for, and the copy semantics of moving it (docs/policy.md).
+
+Under redirection, host tensors and device tensors can share one real device: on a
+CPU-only host a ``"cuda"`` tensor is a CPU tensor, and on an accelerator host a ``"cpu"``
+tensor lives on the accelerator. Code written for a real GPU still relies on the GPU's
+rules: a host<->device transfer (``.cpu()``, ``.cuda()``, ``.to(...)``,
+``torch.as_tensor(array, device="cuda")``) gives an independent copy, and a transfer to
+where a tensor already is returns that very tensor (an ``nn.Parameter`` stays itself).
+
+The rule: every tensor *stands for* the host or the device.
+
+* A tensor stands for what its real device is (``cpu``: the host; an accelerator: the
+  device), unless its storage is marked otherwise.
+* A redirect that puts a tensor on a real device other than the one it stands for marks
+  the tensor's storage: ``torch.zeros(3, device="cuda")`` and ``x.cuda()`` on a CPU-only
+  host, ``x.cpu()``, ``torch.zeros(3, device="cpu")`` and ``torch.zeros(3)`` (factories
+  create on the CPU natively) on an accelerator host.
+* The mark is one attribute on the storage's Python object, which PyTorch keeps for as
+  long as the storage lives: views share it, ``Module.to`` (which swaps ``param.data``)
+  hands it to the parameter, and it costs a lookup only on transfers.
+* Results of other ops carry no mark and stand for their real device: on a CPU-only host
+  ``(x_cuda * 2).cpu()`` returns its input, where a GPU would copy.
+
+Device *objects* carry the same distinction: ``torch.device("cuda")`` on a CPU-only host
+returns a ``torch.device("cpu")`` that is equal to every other one but is a distinct
+object this module remembers, so ``x.to(device)`` and ``model.to(device)`` with it are
+device requests. A device read off a tensor (``x.device``) is its real device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Final
+
+import torch
+
+from torchdevice.policy import Standing
+
+__all__ = ["device_object", "mark", "moved", "requested", "standing"]
+
+#: Attribute of a storage's Python object naming what its tensors stand for, when that is
+#: not what their real device is.
+_MARK: Final = "_torchdevice_stands_for"
+
+_is_compiling = torch.compiler.is_compiling
+
+#: Device objects handed out for a request that stands for something other than its real
+#: device: one per (type, index, standing), kept alive so that their ids stay theirs.
+_objects: dict[tuple[str, int | None, Standing], torch.device] = {}
+_standing_of_object: dict[int, tuple[torch.device, Standing]] = {}
+
+
+def _real(device: torch.device) -> Standing:
+    return "host" if device.type == "cpu" else "device"
+
+
+def device_object(device: torch.device, stands_for: Standing | None) -> torch.device:
+    """``device`` as the object to hand to user code for a request standing for ``stands_for``.
+
+    The same object where the real device is what the request stands for; else an equal,
+    distinct object that :func:`requested` recognises.
+    """
+    if stands_for is None or _real(device) == stands_for:
+        return device
+    key = (device.type, device.index, stands_for)
+    found = _objects.get(key)
+    if found is None:
+        with torch._C.DisableTorchFunction():  # torch.device itself reaches function modes
+            found = (
+                torch.device(device.type)
+                if device.index is None
+                else torch.device(device.type, device.index)
+            )
+        _objects.setdefault(key, found)
+        found = _objects[key]
+        _standing_of_object[id(found)] = (found, stands_for)
+    return found
+
+
+def requested(request: object, parsed: Standing | None) -> Standing | None:
+    """What ``request`` stands for; ``parsed`` is what its parsed value stands for.
+
+    A device object from :func:`device_object` remembers; any other request is read by
+    its value (``stands_for`` of the policy).
+    """
+    if type(request) is torch.device:
+        hit = _standing_of_object.get(id(request))
+        if hit is not None and hit[0] is request:
+            return hit[1]
+    return parsed
+
+
+def standing(tensor: torch.Tensor) -> Standing:
+    """What ``tensor`` stands for: its storage's mark, else its real device."""
+    try:
+        marked: Standing | None = getattr(tensor.untyped_storage(), _MARK, None)
+    except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
+        marked = None
+    return marked if marked is not None else _real(tensor.device)
+
+
+def mark(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
+    """Record that ``tensor``, a fresh result, stands for ``stands_for``; returns it."""
+    if _real(tensor.device) != stands_for and not _is_compiling():
+        with contextlib.suppress(RuntimeError, NotImplementedError):  # no plain storage
+            setattr(tensor.untyped_storage(), _MARK, stands_for)
+    return tensor
+
+
+def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch.Tensor:
+    """The result of moving ``source`` to ``target``, with the target device's semantics.
+
+    ``result`` is what torch returned for the rewritten call. Already there: ``source``
+    itself. Crossing between host and device: an independent copy, even where torch
+    returned ``source`` because the real device is the same.
+    """
+    if _is_compiling():  # traced code: tensors are fake, storages are not to be touched
+        return result
+    if result is source:  # torch found nothing to do: the real device is the same
+        if standing(source) == target:
+            return source
+        result = source.clone()
+    # else: ``Tensor.to`` returns its input or a fresh tensor, never another alias
+    return mark(result, target)

@@ -1,0 +1,96 @@
+"""Transfer semantics on an accelerator host (the simulated MPS stand-in).
+
+There, ``"cpu"`` requests land on the accelerator too, so host tensors and device tensors
+share one real device the other way round from the CPU-only host: a host tensor is the
+one that carries a mark. The module runs in a child process that registers the backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from childrun import mirror_in_parent
+
+NAME = "simgpu"
+
+
+@pytest.fixture
+def accelerator():
+    import torchdevice
+    from torchdevice import Host
+    from torchdevice.testing import register
+
+    register(NAME)
+    torchdevice.enable(host=Host.simulated(NAME))
+    return torch.device(NAME, 0)
+
+
+def independent(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a is b or a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+        return False
+    before = b.detach().cpu().clone()
+    torch.testing.assert_close(a.detach().cpu(), before)
+    with torch.no_grad():
+        a.add_(1)
+    return torch.equal(b.detach().cpu(), before)
+
+
+def test_device_tensor_to_the_device_is_itself(accelerator):
+    x = torch.ones(3, device="cuda")
+    assert x.device == accelerator
+    for moved in (x.to("cuda"), x.cuda(), x.cuda(0), x.to(torch.device("cuda")), x.to("mps")):
+        assert moved is x
+
+
+def test_device_tensor_to_the_host_is_an_independent_copy(accelerator):
+    x = torch.arange(3.0, device="cuda")
+    for host in (x.cpu(), x.to("cpu"), x.to(torch.device("cpu")), x.to("cpu", torch.float32)):
+        assert host.device == accelerator  # the policy keeps "cpu" on the accelerator
+        assert independent(host, x)
+        assert host.cpu() is host
+        assert host.to("cpu") is host
+
+
+def test_host_tensors_on_the_accelerator_copy_when_moved_to_the_device(accelerator):
+    for host in (torch.arange(3.0), torch.zeros(3, device="cpu"), torch.ones(3).cpu()):
+        assert host.device == accelerator
+        assert host.cpu() is host
+        device = host.cuda()
+        assert independent(device, host)
+        assert device.cuda() is device
+        assert independent(host.to("cuda"), host)
+
+
+def test_numpy_round_trips_are_copies(accelerator):
+    array = np.arange(3, dtype=np.float32)
+    x = torch.as_tensor(array, device="cuda")
+    array[:] = -1
+    torch.testing.assert_close(x.cpu().numpy(), np.arange(3, dtype=np.float32))
+    out = x.cpu().numpy()
+    out[:] = 7
+    torch.testing.assert_close(x.cpu().numpy(), np.arange(3, dtype=np.float32))
+
+
+def test_parameters_and_modules(accelerator):
+    param = nn.Parameter(torch.ones(2, device="cuda"))
+    assert param.to("cuda") is param
+    assert param.cuda() is param
+    model = nn.Linear(3, 2)  # built by device-less factories: host tensors on the device
+    weight = model.weight
+    host_weight = weight.detach()
+    assert model.cuda() is model
+    assert model.weight is weight
+    assert independent(model.weight.detach(), host_weight)
+    assert model.weight.to("cuda") is weight
+    model.to(torch.device("cuda"))
+    assert model.weight is weight
+    device_weight = model.weight.detach()
+    model.cpu()
+    assert independent(model.weight.detach(), device_weight)
+    assert model.weight.cpu() is model.weight
+
+
+mirror_in_parent(globals())
