@@ -63,7 +63,7 @@ def test_argument_overrides_an_invalid_environment_value():
     [
         ("TORCHDEVICE_KEEP_CPU", "true", "keep_cpu", True),
         ("TORCHDEVICE_KEEP_CPU", "0", "keep_cpu", False),
-        ("TORCHDEVICE_HOST", "mps", "host", "mps"),
+        ("TORCHDEVICE_HOST", "cpu", "host", "cpu"),  # forcing mps/cuda: test_host_choice
         ("TORCHDEVICE_REPORT", "/tmp/report.json", "report_path", Path("/tmp/report.json")),
         ("TORCHDEVICE_FALLBACK", "false", "fallback", False),
         ("TORCHDEVICE_CUDA_AVAILABLE", "0", "cuda_available", False),

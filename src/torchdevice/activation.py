@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from torchdevice import fallback as fallback_module
 from torchdevice import mode, patches, threads
 from torchdevice.fallback import Fallback
-from torchdevice.host import Host, probe_host
+from torchdevice.host import Host, HostKind, forced_host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.report import MigrationReport, Recorder, configure_logging
 from torchdevice.runtime import Runtime
@@ -45,16 +45,11 @@ _mode: mode.DeviceMode | None = None
 _options: dict[str, Any] = {}
 
 
-def _resolve_host(setting: Host | str | None) -> Host:
+def _resolve_host(setting: Host | HostKind | None) -> Host:
     if isinstance(setting, Host):
         return setting
-    if setting == "cpu":
-        return Host.cpu()
-    if setting == "mps":
-        return Host.mps()
-    if setting == "cuda":
-        real = probe_host()
-        return real if real.kind == "cuda" else Host.cuda(1)
+    if setting is not None:
+        return forced_host(setting)  # the settings model already checked it can be
     return probe_host()
 
 

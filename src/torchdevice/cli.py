@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdevice import __version__
+from torchdevice.errors import SettingsError
 from torchdevice.host import Host, probe_host
 from torchdevice.policy import decide
 
@@ -43,7 +44,7 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="level of the 'torchdevice' logger (default: WARNING)")  # fmt: skip
     parser.add_argument("--host", choices=["cpu", "mps", "cuda"],
-                        help="force the host kind instead of probing (dry runs)")  # fmt: skip
+                        help="force the host kind instead of probing (cpu, or a device this machine has)")  # fmt: skip
     parser.add_argument("-m", dest="module", metavar="MODULE",
                         help="run a library module as a script, like python -m")  # fmt: skip
     parser.add_argument("script", nargs="?", help="the script to run")
@@ -64,7 +65,11 @@ def _run(argv: Sequence[str], prog: str) -> int:
         options["log_level"] = ns.log_level
     if ns.host:
         options["host"] = ns.host
-    report_path = ns.report if ns.report is not None else load_settings(options).report_path
+    try:  # a bad option or variable is a usage error: one line, status 2, no traceback
+        settings = load_settings(options)
+    except SettingsError as exc:
+        parser.exit(2, f"{prog}: error: {exc}\n")
+    report_path = ns.report if ns.report is not None else settings.report_path
     if ns.module:
         launcher.run_module(ns.module, rest, options=options, report_path=report_path,
                             quiet=ns.no_report)  # fmt: skip

@@ -257,10 +257,11 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
 def memory_stats(device: Any = None) -> dict[str, Any]:
     """The CUDA statistics keys this host can answer truly, flat as CUDA's are.
 
-    ``allocated_bytes``/``reserved_bytes``/``active_bytes``/``requested_bytes`` (each
-    ``.all.current`` and ``.all.peak``). CUDA's cumulative counters (``.allocated``,
-    ``.freed``, ``num_alloc_retries``...) need a count of every allocation, which is not
-    kept: they are absent rather than made up.
+    ``allocated_bytes`` and ``reserved_bytes`` (each ``.all.current`` and ``.all.peak``).
+    ``active_bytes`` and ``requested_bytes`` are properties of CUDA's caching allocator
+    (blocks in use, sizes asked for before rounding) that no other device reports, and
+    CUDA's cumulative counters (``.allocated``, ``.freed``, ``num_alloc_retries``...) need
+    a count of every allocation, which is not kept: they are absent rather than made up.
     """
     memory = _tracker_for(device)
     allocated, reserved = memory.sample()
@@ -268,8 +269,6 @@ def memory_stats(device: Any = None) -> dict[str, Any]:
     stats: dict[str, Any] = {}
     for key, current, peak in (
         ("allocated_bytes", allocated, peak_allocated),
-        ("active_bytes", allocated, peak_allocated),
-        ("requested_bytes", allocated, peak_allocated),
         ("reserved_bytes", reserved, peak_reserved),
     ):
         stats[f"{key}.all.current"] = current
@@ -323,6 +322,8 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         lines.append(f" {label:<28}{_mib(current):>22}{_mib(peak):>22}")
     lines.append(f" {'Free / total device memory':<28}{_mib(free):>22}{_mib(total):>22}")
     if not abbreviated:
-        lines += ["-" * width, f" Source: {_SOURCES[memory.device.type]}"]
+        kind = memory.device.type
+        source = _SOURCES.get(kind, f"torch.{kind} (a registered backend), else the C heap")
+        lines += ["-" * width, f" Source: {source}"]
     lines.append("=" * width)
     return "\n".join(lines) + "\n"

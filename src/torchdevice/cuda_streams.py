@@ -168,7 +168,20 @@ class Stream(torch.Stream):
         event.wait(self)
 
     def wait_stream(self, stream: torch.Stream) -> None:
-        """Make this stream wait for ``stream``: one queue in order, nothing to wait for."""
+        """Make this stream's later work wait for ``stream``'s work so far.
+
+        As CUDA does it: an event recorded on ``stream``, waited on here. The event is the
+        real device's (:class:`Event`), so on MPS the backend orders the work; a CPU runs
+        every op to completion in program order, so its event has nothing outstanding.
+        """
+        if not isinstance(stream, torch.Stream):
+            raise TypeError(
+                f"wait_stream(): argument 'stream' must be torch.Stream, not "
+                f"{type(stream).__name__}"
+            )
+        event = Event()
+        event.record(stream if isinstance(stream, Stream) else None)
+        self.wait_event(event)
 
     def record_event(self, event: Event | None = None) -> Event:  # type: ignore[override]
         """Record ``event`` (a new one if ``None``) on this stream and return it."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import platform
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
-__all__ = ["Host", "HostKind", "cpu_name", "probe_host"]
+__all__ = ["Host", "HostKind", "cpu_name", "forced_host", "probe_host"]
 
 HostKind = Literal["cuda", "mps", "cpu"]
 
@@ -100,19 +102,55 @@ def cpu_name() -> str:
 def probe_host() -> Host:
     """Probe the real machine once: CUDA first, then MPS, else CPU-only.
 
-    Must run before the ``torch.cuda`` facade is installed, and uses the real
-    ``torch.cuda`` module object captured at import, so it never asks the facade.
+    It may run while a facade stands in for ``torch.cuda`` or ``torch.backends.mps``
+    (the first probe can come from a second ``enable()``), so it asks the real modules.
     """
-    import torch  # noqa: PLC0415 - imported lazily: probing is the first use of torch
+    import torch  # noqa: PLC0415, F401 - imported lazily: probing is the first use of torch
 
-    cuda = torch.cuda
+    cuda = _real_module("torch.cuda")
     if cuda.is_available() and cuda.device_count() > 0:
         count = cuda.device_count()
         names = tuple(cuda.get_device_name(i) for i in range(count))
         return Host("cuda", count, names)
-    if torch.backends.mps.is_available():
+    if _real_module("torch.backends.mps").is_available():
         return Host.mps(_mac_chip_name())
     return Host.cpu()
+
+
+def forced_host(kind: HostKind) -> Host:
+    """The host to act as when ``kind`` is forced (``--host``, ``TORCHDEVICE_HOST``).
+
+    Only a host the machine can be: every machine is a CPU host; an MPS or CUDA host
+    needs that device, except that an MPS host runs on the simulated accelerator when
+    one is registered (``torchdevice.testing.register()``). Raises ``ValueError``, naming
+    what the machine has and what to do, for any other.
+    """
+    if kind == "cpu":
+        return Host.cpu()
+    real = probe_host()
+    if real.kind == kind:
+        return real
+    simulated = sys.modules.get("torchdevice.testing.simulated")
+    name = None if simulated is None else simulated.registered_name()
+    if kind == "mps" and name is not None:
+        return Host.simulated(name)
+    device = {"mps": "an Apple GPU (MPS)", "cuda": "a CUDA GPU"}[kind]
+    raise ValueError(
+        f"host {kind!r} needs {device}, and this machine has none (it is a {real.kind} "
+        f"host: {real.device_name()}); force only a host the machine can be ('cpu' always "
+        "works), or leave it unset to use what the machine has"
+    )
+
+
+def _real_module(name: str) -> ModuleType:
+    """The torch module ``name`` as torch made it, even while a facade stands in for it.
+
+    A facade module (``torchdevice.facade_module.FacadeModule``) keeps the module it
+    stands for as ``__torchdevice_real__``.
+    """
+    module = sys.modules[name]
+    real = module.__dict__.get("__torchdevice_real__")
+    return real if isinstance(real, ModuleType) else module
 
 
 def _mac_chip_name() -> str:

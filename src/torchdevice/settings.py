@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from torchdevice.environment import ENV_VARS, activation_requested
 from torchdevice.errors import SettingsError
-from torchdevice.host import Host
+from torchdevice.host import Host, forced_host
 
 __all__ = ["ENV_VARS", "LogLevel", "Settings", "activation_requested", "load_settings"]
 
@@ -55,6 +55,14 @@ class Settings(BaseModel):
         "answers true; set it false to make them take their CPU/MPS paths instead.",
     )
 
+    @field_validator("host")
+    @classmethod
+    def _machine_has_it(cls, value: object) -> object:
+        """A forced host kind the machine cannot be is refused where it is given."""
+        if value in ("cpu", "mps", "cuda"):
+            forced_host(value)  # raises ValueError naming what the machine has
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
@@ -85,4 +93,5 @@ def load_settings(
         error = exc.errors()[0]
         name = str(error["loc"][0]) if error["loc"] else "?"
         where = sources.get(name, f"{name}")
-        raise SettingsError(f"invalid {where}: {error['msg']}") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise SettingsError(f"invalid {where}: {message}") from None
