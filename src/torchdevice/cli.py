@@ -44,7 +44,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="level of the 'torchdevice' logger (default: WARNING)")  # fmt: skip
     parser.add_argument("--host", choices=["cpu", "mps", "cuda"],
-                        help="force the host kind instead of probing (cpu, or a device this machine has)")  # fmt: skip
+                        help="force the host kind instead of probing: cpu, or a device "
+                        "this machine has")  # fmt: skip
     parser.add_argument("-m", dest="module", metavar="MODULE",
                         help="run a library module as a script, like python -m")  # fmt: skip
     parser.add_argument("script", nargs="?", help="the script to run")
