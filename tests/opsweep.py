@@ -168,7 +168,7 @@ def all_samples() -> tuple[Sample, ...]:
         found = _decode(json.loads(cache.read_text()))
         if not isinstance(found, dict) or not set(found) <= set(ops):
             raise ValueError("not a cache of this op_db")
-    except (OSError, ValueError):
+    except Exception:  # missing, stale or unreadable: rebuilt from op_db
         found = _collect(list(ops.values()))
         try:
             partial = cache.with_suffix(f".{os.getpid()}.tmp")
