@@ -7,8 +7,8 @@ the OpInfo supports on the CPU, is asked for on ``"cuda"`` in three ways (``devi
 passed to the op, ``with torch.device("cuda")``, ``torch.set_default_device("cuda")``)
 and compared with a native CPU run of the same sample under the same seed.
 
-Finding those samples means generating every OpInfo's samples (about 15 s on this
-machine), so they are cached on disk as JSON, keyed by the exact torch build (its
+Finding those samples means generating every OpInfo's samples (15 to 35 s on a 2-core
+machine, with the load), so they are cached on disk as JSON, keyed by the exact torch build (its
 version, git revision and the op database's file); the processes of one test run share
 them (the simulated accelerator's sweep runs in a child). An op is collected when its
 samples at one dtype (float32 where supported) include a tensor-free one; generating
