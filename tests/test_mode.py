@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.utils._device import _device_constructors
 
 import torchdevice
+from torchdevice import intercepts
 from torchdevice.host import Host
 from torchdevice.intercepts import build_table
+from torchdevice.report import api_name
 
 CPU = torch.device("cpu")
+NATIVE_ACCELERATOR = torch.cuda.is_available() or torch.backends.mps.is_available()
 REQUESTS = ["cuda", "cuda:0", "cuda:1", "mps", "mps:0", torch.device("cuda", 3), 0, 1]
 
 
@@ -25,88 +30,211 @@ def enabled():
     torchdevice.disable()
 
 
-# A call per constructor of torch/utils/_device.py, with the arguments it needs.
-FACTORIES = {
-    "empty": lambda d: torch.empty(2, 3, device=d),
-    "empty_permuted": lambda d: torch.empty_permuted((2, 3), (1, 0), device=d),
-    "empty_strided": lambda d: torch.empty_strided((2, 3), (3, 1), device=d),
-    "ones": lambda d: torch.ones(2, device=d),
-    "zeros": lambda d: torch.zeros(2, device=d),
-    "full": lambda d: torch.full((2,), 7.0, device=d),
-    "arange": lambda d: torch.arange(5, device=d),
-    "range": lambda d: torch.range(0, 4, device=d),
-    "linspace": lambda d: torch.linspace(0, 1, 5, device=d),
-    "logspace": lambda d: torch.logspace(0, 1, 5, device=d),
-    "eye": lambda d: torch.eye(3, device=d),
-    "rand": lambda d: torch.rand(2, device=d),
-    "randn": lambda d: torch.randn(2, device=d),
-    "randint": lambda d: torch.randint(0, 5, (2,), device=d),
-    "randperm": lambda d: torch.randperm(5, device=d),
-    "bartlett_window": lambda d: torch.bartlett_window(5, device=d),
-    "blackman_window": lambda d: torch.blackman_window(5, device=d),
-    "hamming_window": lambda d: torch.hamming_window(5, device=d),
-    "hann_window": lambda d: torch.hann_window(5, device=d),
-    "kaiser_window": lambda d: torch.kaiser_window(5, device=d),
-    "fftfreq": lambda d: torch.fft.fftfreq(5, device=d),
-    "rfftfreq": lambda d: torch.fft.rfftfreq(5, device=d),
-    "tensor": lambda d: torch.tensor([1.0, 2.0], device=d),
-    "as_tensor": lambda d: torch.as_tensor([1.0, 2.0], device=d),
-    "asarray": lambda d: torch.asarray([1.0, 2.0], device=d),
-    "scalar_tensor": lambda d: torch.scalar_tensor(3.0, device=d),
-    "tril_indices": lambda d: torch.tril_indices(3, 3, device=d),
-    "triu_indices": lambda d: torch.triu_indices(3, 3, device=d),
-    "sparse_coo_tensor": lambda d: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,), device=d),
-    "sparse_csr_tensor": lambda d: torch.sparse_csr_tensor(
-        [0, 1, 2], [0, 1], [1.0, 2.0], (2, 2), device=d
+def _qtensor() -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # quantized dtypes are deprecated
+        return torch.quantize_per_tensor(torch.ones(2), 0.5, 0, torch.quint8)
+
+
+def _compressed(func, plain: list[int], layout=None):
+    """A 2x2 compressed sparse tensor (CSR/CSC shaped; BSR/BSC with 1x1 blocks)."""
+    blocks = layout in (None, torch.sparse_bsr, torch.sparse_bsc) and func not in (
+        torch.sparse_csr_tensor, torch.sparse_csc_tensor,
+    )  # fmt: skip
+    values = torch.tensor([[[1.0]], [[2.0]]]) if blocks else torch.tensor([1.0, 2.0])
+    extra = {} if layout is None else {"layout": layout}
+    return lambda d: func(
+        torch.tensor([0, 1, 2]), torch.tensor(plain), values, (2, 2), device=d,
+        check_invariants=True, **extra,
+    )  # fmt: skip
+
+
+# How to call each factory with ``device=d``. Only arguments live here: which functions are
+# tested comes from torch (``_device_constructors()``) and from the table's factory entries,
+# and a factory without a builder fails its test rather than going untested.
+BUILDERS = {
+    torch.empty: lambda d: torch.empty(2, 3, device=d),
+    torch.empty_permuted: lambda d: torch.empty_permuted((2, 3), (1, 0), device=d),
+    torch.empty_strided: lambda d: torch.empty_strided((2, 3), (1, 2), device=d),
+    torch.empty_quantized: lambda d: torch.empty_quantized([3], _qtensor(), device=d),
+    torch.ones: lambda d: torch.ones(2, device=d),
+    torch.zeros: lambda d: torch.zeros(2, device=d),
+    torch.full: lambda d: torch.full((2,), 7.0, device=d),
+    torch.arange: lambda d: torch.arange(5, device=d),
+    torch.range: lambda d: torch.range(0, 4, device=d),
+    torch.linspace: lambda d: torch.linspace(0, 1, 5, device=d),
+    torch.logspace: lambda d: torch.logspace(0, 1, 5, device=d),
+    torch.eye: lambda d: torch.eye(3, device=d),
+    torch.rand: lambda d: torch.rand(2, device=d),
+    torch.randn: lambda d: torch.randn(2, device=d),
+    torch.randint: lambda d: torch.randint(0, 5, (2,), device=d),
+    torch.randperm: lambda d: torch.randperm(5, device=d),
+    torch.normal: lambda d: torch.normal(1.5, 0.5, (3,), device=d),
+    torch.bartlett_window: lambda d: torch.bartlett_window(5, device=d),
+    torch.blackman_window: lambda d: torch.blackman_window(5, device=d),
+    torch.hamming_window: lambda d: torch.hamming_window(5, device=d),
+    torch.hann_window: lambda d: torch.hann_window(5, device=d),
+    torch.kaiser_window: lambda d: torch.kaiser_window(5, device=d),
+    torch.fft.fftfreq: lambda d: torch.fft.fftfreq(5, device=d),
+    torch.fft.rfftfreq: lambda d: torch.fft.rfftfreq(5, device=d),
+    torch.tensor: lambda d: torch.tensor([1.0, 2.0], device=d),
+    torch.as_tensor: lambda d: torch.as_tensor([1.0, 2.0], device=d),
+    torch.asarray: lambda d: torch.asarray([1.0, 2.0], device=d),
+    torch.scalar_tensor: lambda d: torch.scalar_tensor(3.0, device=d),
+    torch.tril_indices: lambda d: torch.tril_indices(3, 3, device=d),
+    torch.triu_indices: lambda d: torch.triu_indices(3, 3, device=d),
+    torch.sparse_coo_tensor: lambda d: torch.sparse_coo_tensor(
+        [[0, 1]], [1.0, 2.0], (3,), device=d, check_invariants=True
     ),
-    "nested_tensor": lambda d: torch.nested.nested_tensor(
-        [torch.zeros(2), torch.zeros(3)], device=d
+    torch.sparse_csr_tensor: _compressed(torch.sparse_csr_tensor, [0, 1]),
+    torch.sparse_csc_tensor: _compressed(torch.sparse_csc_tensor, [0, 1]),
+    torch.sparse_bsr_tensor: _compressed(torch.sparse_bsr_tensor, [0, 1]),
+    torch.sparse_bsc_tensor: _compressed(torch.sparse_bsc_tensor, [0, 1]),
+    torch.sparse_compressed_tensor: _compressed(
+        torch.sparse_compressed_tensor, [0, 1], torch.sparse_csr
     ),
-    "zeros_like": lambda d: torch.zeros_like(torch.ones(2), device=d),
-    "ones_like": lambda d: torch.ones_like(torch.ones(2), device=d),
-    "full_like": lambda d: torch.full_like(torch.ones(2), 4.0, device=d),
-    "empty_like": lambda d: torch.empty_like(torch.ones(2), device=d),
-    "rand_like": lambda d: torch.rand_like(torch.ones(2), device=d),
-    "randn_like": lambda d: torch.randn_like(torch.ones(2), device=d),
-    "randint_like": lambda d: torch.randint_like(torch.ones(2), 5, device=d),
-    "new_zeros": lambda d: torch.ones(2).new_zeros(3, device=d),
-    "new_ones": lambda d: torch.ones(2).new_ones(3, device=d),
-    "new_full": lambda d: torch.ones(2).new_full((3,), 2.0, device=d),
-    "new_empty": lambda d: torch.ones(2).new_empty(3, device=d),
-    "new_tensor": lambda d: torch.ones(2).new_tensor([1.0], device=d),
+    torch.nested.nested_tensor: lambda d: torch.nested.nested_tensor(
+        [torch.arange(2.0), torch.arange(3.0)], device=d
+    ),
+    torch.zeros_like: lambda d: torch.zeros_like(torch.ones(2), device=d),
+    torch.ones_like: lambda d: torch.ones_like(torch.ones(2), device=d),
+    torch.full_like: lambda d: torch.full_like(torch.ones(2), 4.0, device=d),
+    torch.empty_like: lambda d: torch.empty_like(torch.ones(2), device=d),
+    torch.rand_like: lambda d: torch.rand_like(torch.ones(2), device=d),
+    torch.randn_like: lambda d: torch.randn_like(torch.ones(2), device=d),
+    torch.randint_like: lambda d: torch.randint_like(torch.ones(2), 5, device=d),
+    torch.Tensor.new_zeros: lambda d: torch.ones(2).new_zeros(3, device=d),
+    torch.Tensor.new_ones: lambda d: torch.ones(2).new_ones(3, device=d),
+    torch.Tensor.new_full: lambda d: torch.ones(2).new_full((3,), 2.0, device=d),
+    torch.Tensor.new_empty: lambda d: torch.ones(2).new_empty(3, device=d),
+    torch.Tensor.new_empty_strided: lambda d: torch.ones(2).new_empty_strided(
+        (2, 3), (1, 2), device=d
+    ),
+    torch.Tensor.new_tensor: lambda d: torch.ones(2).new_tensor([1.0], device=d),
 }
 
+_FACTORY_HANDLERS = (intercepts.factory, intercepts.explicit_factory,
+                     intercepts.constructor_overload)  # fmt: skip
+#: torch's constructors, and every other function the table handles as a factory.
+FACTORIES = sorted(
+    set(_device_constructors())
+    | {f for f, handler in build_table(Host.cpu()).items() if handler in _FACTORY_HANDLERS},
+    key=api_name,
+)
 
-@pytest.mark.parametrize("name", sorted(FACTORIES))
+
+def _same_tensor(result: torch.Tensor, reference: torch.Tensor, values: bool) -> None:
+    """Values equal, or for uninitialised memory (``values=False``) everything else."""
+    if result.is_nested:
+        assert reference.is_nested
+        for got, want in zip(result.unbind(), reference.unbind(), strict=True):
+            _same_tensor(got, want, values)
+        return
+    assert (result.dtype, result.shape, result.layout) == (
+        reference.dtype, reference.shape, reference.layout,
+    )  # fmt: skip
+    if result.is_quantized:
+        assert (result.q_scale(), result.q_zero_point()) == (
+            reference.q_scale(), reference.q_zero_point(),
+        )  # fmt: skip
+        result, reference = result.int_repr(), reference.int_repr()
+    if result.layout == torch.strided:
+        assert result.stride() == reference.stride()
+    if values:
+        torch.testing.assert_close(result, reference, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("func", FACTORIES, ids=api_name)
 @pytest.mark.parametrize("request_", ["cuda", "cuda:1", "mps", 0], ids=str)
-def test_every_factory_lands_on_the_cpu(name, request_):
-    with pytest.raises((RuntimeError, AssertionError, NotImplementedError)):
-        FACTORIES[name](request_)  # natively this host cannot make the tensor
-    torchdevice.enable(host="cpu")
-    result = FACTORIES[name](request_)
+def test_every_factory_lands_on_the_cpu_with_native_values(func, request_):
+    assert func in BUILDERS, f"no argument builder for {api_name(func)}: add one to BUILDERS"
+    build = BUILDERS[func]
+    if not NATIVE_ACCELERATOR:
+        with pytest.raises((RuntimeError, AssertionError, NotImplementedError)):
+            build(request_)  # natively this host cannot make the tensor
+    torch.manual_seed(0)
+    with torchdevice.redirect(host="cpu"):
+        result = build(request_)
+    torch.manual_seed(0)
+    reference = build("cpu")
     assert result.device == CPU
-    reference = FACTORIES[name]("cpu")
-    assert result.dtype == reference.dtype
-    if not result.is_nested:
-        assert result.shape == reference.shape
+    uninitialised = api_name(func).split(".")[-1].startswith(("empty", "new_empty"))
+    _same_tensor(result, reference, values=not uninitialised)
 
 
-def test_factory_values_match_native(enabled):
-    torch.manual_seed(0)
-    redirected = torch.randn(4, 4, device="cuda")
-    torch.manual_seed(0)
-    torchdevice.disable()
-    native = torch.randn(4, 4)
-    torch.testing.assert_close(redirected, native)
+def test_factory_builders_name_only_factories():
+    assert set(BUILDERS) == set(FACTORIES), "a builder for a function that is no factory"
 
 
 def test_table_covers_torchs_own_constructor_list():
-    from torch.utils._device import _device_constructors
-
     table = build_table(Host.cpu())
+    assert len(_device_constructors()) >= 36
     assert set(_device_constructors()) <= set(table)
     assert torch.add not in table
     assert torch.nn.functional.linear not in table
+
+
+_NAMESPACES = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.fft": torch.fft,
+               "torch.linalg": torch.linalg, "torch.special": torch.special}  # fmt: skip
+
+
+def _public_functions_taking_a_device() -> dict[str, object]:
+    """Every public torch function one of whose ATen overloads takes ``device``."""
+    found: dict[str, object] = {}
+    for schema in torch._C._jit_get_all_schemas():
+        namespace, _, name = schema.name.partition("::")
+        if namespace != "aten" or name.startswith("_"):
+            continue
+        if not any(argument.name == "device" for argument in schema.arguments):
+            continue
+        places = {}
+        for prefix, module in _NAMESPACES.items():
+            short = name.removeprefix(prefix.removeprefix("torch.") + "_")  # fft_fftfreq
+            if hasattr(module, short):
+                places[f"{prefix}.{short}"] = getattr(module, short)
+        assert places, f"aten::{name} takes a device but is not found in torch"
+        found.update(places)
+    return found
+
+
+def test_every_function_whose_schema_takes_a_device_is_intercepted_or_left_out_for_a_reason():
+    """The class of ``torch.normal(0., 1., size, device=...)``: found from the schemas."""
+    table = build_table(Host.cpu())
+    functions = _public_functions_taking_a_device()
+    assert {"torch.zeros", "torch.normal", "torch.Tensor.new_zeros"} <= set(functions)
+    missing = {name for name, f in functions.items() if f not in table} - set(intercepts.LEFT_OUT)
+    assert missing == set(), "takes a device, neither intercepted nor in intercepts.LEFT_OUT"
+    assert set(intercepts.LEFT_OUT) <= set(functions), "LEFT_OUT names a function no schema has"
+    assert not {functions[name] for name in intercepts.LEFT_OUT} & set(table)
+
+
+def test_normal_follows_its_tensors_and_constructs_without_them(enabled):
+    means = torch.arange(4.0)
+    out = torch.empty(4)
+    calls = [
+        lambda: torch.normal(means, 0.5),
+        lambda: torch.normal(2.0, torch.full((4,), 0.5)),
+        lambda: torch.normal(means, torch.ones(4)),
+        lambda: torch.normal(0.0, 1.0, (4,), out=out),
+        lambda: torch.normal(0.0, 1.0, (4,)),
+        lambda: torch.normal(0.0, 1.0, (4,), device="cuda", dtype=torch.float64),
+        lambda: torch.normal(0.0, 1.0, (4,), generator=torch.Generator("cuda").manual_seed(3)),
+    ]
+    redirected = []
+    for call in calls:
+        torch.manual_seed(7)
+        redirected.append(call())
+    torchdevice.disable()
+    for call, got in zip(calls[:-2], redirected, strict=False):
+        torch.manual_seed(7)
+        torch.testing.assert_close(got, call(), rtol=0, atol=0)
+        assert got.device == CPU
+    assert redirected[3] is out
+    torch.manual_seed(7)
+    want = torch.normal(0.0, 1.0, (4,), dtype=torch.float64)
+    torch.testing.assert_close(redirected[-2], want, rtol=0, atol=0)
+    want = torch.normal(0.0, 1.0, (4,), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(redirected[-1], want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("request_", REQUESTS, ids=str)

@@ -5,9 +5,15 @@ table leaves through the fast path untouched. Each handler receives the current
 :class:`~torchdevice.runtime.Runtime`, the function and its arguments, and calls the
 function with the device the policy decided.
 
-Deliberately left out (as ``torch/utils/_device.py`` does):
+Every public torch function whose ATen schema takes a ``device`` is in the table or in
+:data:`LEFT_OUT`, which says why (``tests/test_mode.py`` derives the list from the
+schemas and checks it). Beyond ``torch/utils/_device.py``'s constructors:
 
-* ``torch.normal`` and ``torch.*_like`` without a device: they follow their inputs.
+* ``torch.*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten; without
+  one they follow their input, as there.
+* ``torch.normal``: a constructor in one overload only (``mean`` and ``std`` numbers, a
+  ``size``), which ``_device.py`` leaves out with the whole function; here that overload is
+  placed like every factory, and the tensor overloads follow their inputs.
 * ``torch.load`` and ``torch.Generator``: they never reach a function mode, so
   :mod:`torchdevice.patches` wraps them instead.
 * ``torch.set_default_device``: not overridable; the ``DeviceContext`` mode it installs
@@ -29,7 +35,7 @@ from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import device_object, mark, moved, requested, standing
 
-__all__ = ["Handler", "build_table"]
+__all__ = ["LEFT_OUT", "Handler", "build_table"]
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -237,7 +243,44 @@ _GENERATOR_OPS = (
     "random_", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_",
     "log_normal_", "cauchy_",
 )  # fmt: skip
-_GENERATOR_FUNCTIONS = ("bernoulli", "multinomial", "normal", "poisson")
+_GENERATOR_FUNCTIONS = ("bernoulli", "multinomial", "poisson")
+
+
+def _has_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    return any(isinstance(a, torch.Tensor) for a in args) or any(
+        isinstance(v, torch.Tensor) for v in kwargs.values()
+    )
+
+
+def constructor_overload(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """A function that constructs only in some overloads: ``torch.normal(0., 1., size)``.
+
+    Which overload a call takes shows in its arguments: with no tensor among them it is
+    the constructor (the one that takes ``device=``), placed like every factory, with or
+    without a device; with tensors (``torch.normal(means, 1.0)``, ``out=``) it follows
+    them, under the generator rule on accelerator hosts.
+    """
+    if _has_tensor(args, kwargs):
+        if rt.default_device is None:  # CPU host: tensors and generators share the CPU
+            return func(*args, **kwargs)
+        return generator_bound(rt, func, args, kwargs)
+    return factory(rt, func, args, kwargs)
+
+
+#: Functions that construct in some overloads and follow their tensors in the others.
+_CONSTRUCTOR_OVERLOADS = ("normal",)
+
+#: Public torch functions whose schema takes a ``device`` but that are not in the table.
+LEFT_OUT: Mapping[str, str] = {
+    "torch.Generator": "a class torch builds in C++, never a function-mode call: "
+    "torchdevice.patches wraps it",
+    "torch.from_file": "maps a file into host memory: its only kernel is the CPU's, so "
+    "a device-less call must stay on the CPU, and torch refuses other devices itself",
+    "torch.Tensor.is_pinned": "a query that makes no tensor; its device argument is "
+    "deprecated and names whose pinned memory is asked about",
+}
 
 
 def explicit_factory(
@@ -499,6 +542,8 @@ def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
     table[torch.Tensor.type] = tensor_type
     table[torch.device] = device_ctor
     table[torch.Tensor.pin_memory] = pin_memory
+    for name in _CONSTRUCTOR_OVERLOADS:
+        table[getattr(torch, name)] = constructor_overload
     if host.accelerator is not None:
         table[torch.Tensor.numpy] = tensor_numpy
         for name in _GENERATOR_OPS:
