@@ -4,6 +4,10 @@ The modes and wrappers hold a reference to the current :class:`Runtime` and ask 
 decisions. It caches the pure policy's answers per request (so a redirected factory costs a
 dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 ``torch.device`` objects once, and records redirects against the user's call site.
+
+While dynamo traces, none of that is traced: decisions reach the graph as constants
+computed at trace time (:meth:`Runtime._resolve_traced`), so compiled code takes no lock,
+builds no exception and is guarded on the activation and the CPU override only.
 """
 
 from __future__ import annotations
@@ -305,7 +309,9 @@ def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) ->
         resolved = runtime._decisions.get(key)
     except TypeError:
         resolved = None
-    decision, device, kind = resolved or runtime._decide_new(request, key)
+    if resolved is None:
+        resolved = runtime._decide_new(request, key)
+    decision, device, kind = resolved
     spec, requested = decision.device, decision.requested
     return (
         (spec.type, spec.index), None if requested is None else (requested.type, requested.index),
