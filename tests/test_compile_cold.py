@@ -241,6 +241,17 @@ def case_bad_request_names_it():
         raise AssertionError("a malformed device compiled")
 
 
+def case_native_after_disable():
+    # Last: after the activations above, compiled code sees the real torch.cuda again.
+    torchdevice.disable()
+    torch._dynamo.reset()
+
+    def fn(x):
+        return x + 1 if torch.cuda.is_available() else x - 1
+    expected = x + 1 if torch.cuda.is_available() else x - 1
+    torch.testing.assert_close(torch.compile(fn, fullgraph=True, backend="eager")(x), expected)
+
+
 for name in sys.argv[1:]:
     cold()
     try:
