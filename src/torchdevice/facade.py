@@ -210,6 +210,7 @@ def install(get_runtime: Callable[[], Runtime | None]) -> None:
     kind = rt.host.kind if rt is not None else "cpu"
     if _modules_before is None:
         _modules_before = set(sys.modules)
+        _build_trace_rules_natively()
     real_device.bind(get_runtime)
     amp.install(get_runtime)
     if kind == "cuda":
@@ -221,6 +222,23 @@ def install(get_runtime: Callable[[], Runtime | None]) -> None:
     else:
         mps_facade.install()
     _clear_device_module_cache()
+
+
+def _build_trace_rules_natively() -> None:
+    """Let dynamo, if loaded, build its table of torch functions from the real modules.
+
+    Dynamo builds that table (``torch.cuda.is_available`` -> "an op to put in the graph")
+    by name, once, at its import, and rebuilds it after :func:`uninstall` clears it. Built
+    while the facade is in place, the table would take the facade's functions for torch
+    ops, and those not in dynamo's constant-folding lists (built from the real module when
+    dynamo was imported before) would land in the graph: ``torch.cuda.is_available()``
+    fails ``fullgraph=True`` after a ``disable()``/``enable()``. Built now, as at a first
+    import, the facade's functions stay plain functions that dynamo traces or folds.
+    """
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    build = getattr(trace_rules, "get_torch_obj_rule_map", None)
+    if build is not None and not installed():
+        build()
 
 
 def uninstall() -> None:

@@ -4,14 +4,19 @@ The modes and wrappers hold a reference to the current :class:`Runtime` and ask 
 decisions. It caches the pure policy's answers per request (so a redirected factory costs a
 dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 ``torch.device`` objects once, and records redirects against the user's call site.
+
+While dynamo traces, none of that is traced: decisions reach the graph as constants
+computed at trace time (:meth:`Runtime._resolve_traced`), so compiled code takes no lock,
+builds no exception and is guarded on the activation and the CPU override only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -19,7 +24,7 @@ from torchdevice import callsite
 from torchdevice.callsite import CallSite
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
-from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide
+from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState, decide
 from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
@@ -28,9 +33,12 @@ if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable
 __all__ = ["Runtime"]
 
 _is_compiling = torch.compiler.is_compiling
+#: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
+_is_tracing = torch.compiler.is_dynamo_compiling
 
 #: A cached resolution: the decision, its torch.device, and how the report counts it.
 Resolved = tuple[Decision, torch.device, "EventKind | None"]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class Runtime:
@@ -92,31 +100,69 @@ class Runtime:
         """Decision, ``torch.device`` and report kind for ``request``: one dict lookup.
 
         Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
+        While dynamo traces, the answer comes from :func:`_traced_resolution` instead.
         """
+        if _is_tracing():
+            return self._resolve_traced(request)
         key = (type(request), request)
         try:
             resolved = self._decisions.get(key)
         except TypeError:  # unhashable request: let the policy raise its TypeError
             resolved = None
         if resolved is None:
-            try:
-                decision = decide(request, self.host, self._state, self._extra_types)
-            except DeviceRequestError:
-                # A backend registered since this activation began (a renamed PrivateUse1)
-                # is a valid device type too: learn its name and decide again.
-                name = torch._C._get_privateuse1_backend_name()
-                if name in self._extra_types:
-                    raise
-                self._extra_types = self._extra_types | {name}
-                decision = decide(request, self.host, self._state, self._extra_types)
-            device, kind = self.applied(decision)
-            resolved = (decision, device, kind)
-            if decision.toggle_override:
+            resolved = self._decide_new(request, key)
+            if resolved[0].toggle_override:
                 self.set_cpu_override(not self._state.cpu_override)
-                return resolved
+        return resolved
+
+    def _decide_new(self, request: object, key: tuple[type, object]) -> Resolved:
+        """Ask the policy about a request missing from the cache, and cache its answer.
+
+        A ``cpu:-1`` toggle is never cached: each request flips the override again. The
+        toggle itself is the caller's to apply.
+        """
+        try:
+            decision = decide(request, self.host, self._state, self._extra_types)
+        except DeviceRequestError:
+            # A backend registered since this activation began (a renamed PrivateUse1)
+            # is a valid device type too: learn its name and decide again.
+            name = torch._C._get_privateuse1_backend_name()
+            if name in self._extra_types:
+                raise
+            self._extra_types = self._extra_types | {name}
+            decision = decide(request, self.host, self._state, self._extra_types)
+        device, kind = self.applied(decision)
+        resolved = (decision, device, kind)
+        if not decision.toggle_override:
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
                 self._decisions[key] = resolved
         return resolved
+
+    def _resolve_traced(self, request: object) -> Resolved:
+        """:meth:`resolve` while dynamo traces: a constant the graph is specialised on.
+
+        Dynamo runs :func:`_traced_resolution` eagerly at trace time instead of tracing
+        it, and guards only on what the answer depends on: this runtime (by identity), the
+        CPU override and the request. So nothing traced takes a lock, builds an exception
+        or reads the caches (whose growth would fail the guards and recompile), and no
+        eager warm-up is needed.
+        """
+        if isinstance(request, (int, torch.SymInt)) and not isinstance(request, bool):
+            # An index that dynamo made dynamic (it changed between calls) becomes a
+            # constant again, guarded by value: a device is never symbolic.
+            request = operator.index(request)
+        flat = _traced_resolution(self, self._state.cpu_override, request)
+        device_spec, requested, action, reason, toggle, device, kind = flat
+        decision = Decision(
+            DeviceSpec(*device_spec), None if requested is None else DeviceSpec(*requested),
+            action, reason, toggle,
+        )  # fmt: skip
+        if toggle:
+            # Flipping the override is a side effect on this runtime, not a graph op:
+            # a graph break runs it eagerly (fullgraph=True reports it as the reason).
+            _graph_break(_TOGGLE_IN_GRAPH)
+            self.set_cpu_override(not self._state.cpu_override)
+        return decision, device, kind
 
     def torch_device(self, spec: DeviceSpec) -> torch.device:
         """``spec`` as a ``torch.device`` (built once per spec).
@@ -124,6 +170,8 @@ class Runtime:
         The CPU is ``torch.device("cpu")`` without an index: that is what CPU tensors
         report as their device, and what ``torch.load`` restore locations understand.
         """
+        if _is_tracing():
+            return _traced_device(self, spec.type, spec.index)
         device = self._devices.get(spec)
         if device is None:
             # Built with function modes off: this may run while a mode (ours, of another
@@ -224,3 +272,73 @@ class Runtime:
         """The migration report of this activation so far."""
         self.flush()
         return self.recorder.report(f"{self.host.kind} host, {self.host.device_name()}")
+
+
+def _constant_for_dynamo(fn: _F) -> _F:
+    """Mark ``fn`` as ``torch._dynamo.assume_constant_result`` does, without importing dynamo.
+
+    Dynamo calls a marked function at trace time with its arguments as Python constants
+    (guarding on their sources; objects by identity) and puts the result in the graph as
+    a constant: the function itself is never traced. ``assume_constant_result`` sets only
+    this attribute, and importing ``torch._dynamo`` to call it would cost every
+    ``import torchdevice`` about a second.
+    """
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
+#: A resolution as plain constants: dynamo can read attributes of the objects a constant
+#: function returns, but not run their properties, so the decision travels as its fields.
+_Flat = tuple[
+    tuple[str, "int | None"], "tuple[str, int | None] | None", Action, str, bool,
+    torch.device, "EventKind | None",
+]  # fmt: skip
+
+
+@_constant_for_dynamo
+def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) -> _Flat:
+    """The resolution of ``request`` as dynamo sees it: computed eagerly, at trace time.
+
+    ``cpu_override`` is unused here but passed so that dynamo guards on it: the compiled
+    code is specialised on the override and recompiles when it flips. The toggle itself is
+    not applied here; :meth:`Runtime._resolve_traced` applies it outside the graph.
+    """
+    del cpu_override
+    key = (type(request), request)
+    try:
+        resolved = runtime._decisions.get(key)
+    except TypeError:
+        resolved = None
+    if resolved is None:
+        resolved = runtime._decide_new(request, key)
+    decision, device, kind = resolved
+    spec, requested = decision.device, decision.requested
+    return (
+        (spec.type, spec.index), None if requested is None else (requested.type, requested.index),
+        decision.action, decision.reason, decision.toggle_override, device, kind,
+    )  # fmt: skip
+
+
+@_constant_for_dynamo
+def _traced_device(runtime: Runtime, device_type: str, index: int | None) -> torch.device:
+    """:meth:`Runtime.torch_device` as dynamo sees it: a constant, computed eagerly.
+
+    The spec travels as its fields: dynamo passes plain constants, not objects it made
+    from an earlier constant result.
+    """
+    return runtime.torch_device(DeviceSpec(device_type, index))
+
+
+def _graph_break(reason: str) -> None:
+    """Break dynamo's graph here with ``reason`` (fullgraph=True raises with it).
+
+    Only reached while dynamo traces, so ``torch._dynamo`` is loaded.
+    """
+    torch._dynamo.graph_break(msg=reason)
+
+
+_TOGGLE_IN_GRAPH = (
+    "torchdevice: 'cpu:-1' toggles the CPU override, a change to torchdevice's state that "
+    "cannot be part of a graph; request it before the compiled region, or call "
+    "torchdevice.set_cpu_override() there"
+)
