@@ -379,7 +379,7 @@ if not IN_CHILD:
         assert not is_capability_error(error)
 
     def test_the_mode_catches_exactly_the_classes_of_the_table():
-        assert CAPABILITY_ERROR_TYPES == (NotImplementedError, RuntimeError, TypeError)
+        assert (NotImplementedError, RuntimeError, TypeError) == CAPABILITY_ERROR_TYPES
 
     @pytest.mark.parametrize("func", sorted(NEVER_RERUN, key=repr), ids=repr)
     def test_autograd_entry_points_are_never_rerun(func):
