@@ -281,8 +281,22 @@ def test_cpu_kernels_called_from_cpp_with_wrapped_numbers(simgpu):
     index = torch.tensor([[0, 1, 2, 3]])
     got = torch.take_along_dim(values.to(NAME), index.to(NAME), dim=0)
     assert torch.equal(got.cpu(), torch.take_along_dim(values, index, dim=0))
-    halves = torch.ones(3, dtype=torch.float16, device=NAME)
-    assert torch.remainder(halves, 0.75).dtype == torch.float16
+    # margin_ranking_loss adds the margin as a wrapped number, to 0-dim float16 operands
+    # here: the result stays float16 (a plain float32 number tensor would promote it).
+    first, second, target = (torch.tensor(v, dtype=torch.float16) for v in (0.3, 0.1, -1.0))
+    expected = nn.functional.margin_ranking_loss(first, second, target, margin=0.25)
+    got = nn.functional.margin_ranking_loss(
+        first.to(NAME), second.to(NAME), target.to(NAME), margin=0.25
+    )
+    assert got.dtype == torch.float16
+    assert torch.equal(got.cpu(), expected)
+    # with a dimensioned operand, the number keeps its precision: log10's gradient divides
+    # by log(10) as a double, as on the CPU
+    x = torch.tensor([0.3, 2.0, 7.0], dtype=torch.float16, requires_grad=True)
+    on_device = x.detach().to(NAME).requires_grad_()
+    torch.log10(x).sum().backward()
+    torch.log10(on_device).sum().backward()
+    assert torch.equal(on_device.grad.cpu(), x.grad)
 
 
 def test_convolutions_run_as_mps_runs_them(simgpu):

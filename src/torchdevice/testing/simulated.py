@@ -866,34 +866,60 @@ def _rewrap_numbers(
     C++ code calls kernels with *wrapped numbers* (``t % 5`` inside ``take_along_dim``): CPU
     tensors PyTorch hands to a Python kernel as plain numbers, which the CPU op then refuses
     ("Expected a value of type 'Tensor'"). Python cannot mark a tensor as a wrapped number,
-    so each becomes a 0-dim tensor of the dtype a wrapped number promotes to (the default
-    dtype for floats); results differ only where two 0-dim operands meet.
+    so each becomes a 0-dim tensor whose dtype gives the result a wrapped number gives (see
+    :func:`_number_tensor`).
     """
     values = (*args, *kwargs.values())
-    if not any(isinstance(value, (bool, int, float, complex)) for value in values):
+    if not any(isinstance(value, _NUMBERS) for value in values):
         return args, kwargs
+    tensors = [value for value in values if isinstance(value, torch.Tensor)]
+    like = tensors[0].dtype if tensors else None
+    dimensioned = any(tensor.dim() for tensor in tensors)
     positional = list(args)
     for index, value in enumerate(positional):
         if index in tensor_arguments:
-            positional[index] = _number_tensor(value)
+            positional[index] = _number_tensor(value, like, dimensioned)
     named = {
-        name: _number_tensor(value) if name in tensor_arguments.values() else value
+        name: (
+            _number_tensor(value, like, dimensioned) if name in tensor_arguments.values() else value
+        )
         for name, value in kwargs.items()
     }
     return tuple(positional), named
 
 
-def _number_tensor(value: Any) -> Any:
-    """A Python number as the 0-dim CPU tensor a wrapped number stands for; else ``value``."""
-    if isinstance(value, bool):
-        return torch.tensor(value)
-    if isinstance(value, int):
-        return torch.tensor(value, dtype=torch.int64)
-    if isinstance(value, float):
-        return torch.tensor(value, dtype=torch.get_default_dtype())
-    if isinstance(value, complex):
-        return torch.tensor(value, dtype=torch.complex128).to(_default_complex())
-    return value
+_NUMBERS: Final = (bool, int, float, complex)
+
+
+def _kind(dtype: torch.dtype) -> int:
+    """The promotion category of ``dtype``: bool 0, integer 1, floating 2, complex 3."""
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 0 if dtype == torch.bool else 1
+
+
+def _number_tensor(value: Any, like: torch.dtype | None, dimensioned: bool) -> Any:
+    """A Python number as a 0-dim CPU tensor that promotes as a wrapped number; else ``value``.
+
+    A wrapped number only decides the result's kind (bool < int < float < complex), never
+    its precision. A number of a higher kind than the other operands gives the default
+    dtype of its kind. Otherwise the number keeps its full precision (int64, float64,
+    complex128) where a dimensioned operand outranks any 0-dim tensor; among 0-dim operands
+    only, it takes their dtype (rounded to it: the one case that can differ in the last bit).
+    """
+    if not isinstance(value, _NUMBERS):
+        return value
+    kind = next(index for index, t in enumerate(_NUMBERS) if isinstance(value, t))  # bool first
+    if like is None or kind > _kind(like):
+        default = (torch.bool, torch.int64, torch.get_default_dtype(), _default_complex())[kind]
+        return torch.tensor(value, dtype=default)
+    if dimensioned:
+        return torch.tensor(
+            value, dtype=(torch.bool, torch.int64, torch.float64, torch.complex128)[kind]
+        )
+    return torch.tensor(value, dtype=like)
 
 
 def _default_complex() -> torch.dtype:
