@@ -14,8 +14,9 @@ torchdevice reruns it on the CPU and moves the result back, with autograd intact
 which MPS lacks, is narrowed to float32 and logged. On a CPU-only host there is no
 accelerator, so nothing can fall back; to show the real code path anyway, part 2 runs in
 a child process on torchdevice's *simulated accelerator* (``torchdevice.testing``: a real
-PyTorch backend, ``simgpu``, that holds data in CPU memory and deliberately lacks ops such
-as ``erfinv``), which torchdevice treats as an MPS host. It runs in its own process because
+PyTorch backend, ``simgpu``, that holds data in CPU memory and has the ops MPS has in the
+installed torch, no more: it lacks ``torch.special.ndtri``, for one), which torchdevice treats
+as an MPS host. It runs in its own process because
 registering a backend with PyTorch is permanent.
 
 Run it with::
@@ -109,20 +110,23 @@ def fallback_on_the_simulated_accelerator() -> int:
     register(SIMULATED)
 
     # References on the CPU, before any redirection.
-    grid = torch.linspace(-0.9, 0.9, 7)
-    expected = torch.erfinv(grid)
+    grid = torch.linspace(0.05, 0.95, 7)
+    expected = torch.special.ndtri(grid)
     reference = grid.clone().requires_grad_()
-    torch.erfinv(reference).pow(2).sum().backward()
+    torch.special.ndtri(reference).pow(2).sum().backward()
 
     torchdevice.enable(host=torchdevice.Host.simulated(SIMULATED))
     print(f"  device: {torch.cuda.get_device_name(0)}")
 
     # CUDA-first code from here on.
-    x = torch.linspace(-0.9, 0.9, 7, device="cuda").requires_grad_()
+    x = torch.linspace(0.05, 0.95, 7, device="cuda").requires_grad_()
     print(f"  torch.linspace(..., device='cuda') is on {x.device}")
     check(x.device.type == SIMULATED, "a 'cuda' tensor lands on the accelerator")
-    y = torch.erfinv(x)  # simgpu has no erfinv kernel: rerun on the CPU, moved back
-    check(y.device == x.device, f"torch.erfinv, missing on {SIMULATED}, returns on {y.device}")
+    y = torch.special.ndtri(x)  # MPS, so simgpu, has no ndtri kernel: rerun on the CPU
+    check(
+        y.device == x.device,
+        f"torch.special.ndtri, missing on {SIMULATED}, returns on {y.device}",
+    )
     check(close(y.tolist(), expected.tolist()), "and matches the CPU result")
     y.pow(2).sum().backward()
     check(x.grad is not None and close(x.grad.tolist(), reference.grad.tolist()),
@@ -134,7 +138,7 @@ def fallback_on_the_simulated_accelerator() -> int:
 
     with torchdevice.redirect(fallback=False):
         try:
-            torch.erfinv(torch.linspace(-0.5, 0.5, 3, device="cuda"))
+            torch.special.ndtri(torch.linspace(0.25, 0.75, 3, device="cuda"))
         except NotImplementedError as error:
             print(f"  with fallback=False: {type(error).__name__}: {str(error).splitlines()[0]}")
             for note in getattr(error, "__notes__", []):
@@ -144,7 +148,7 @@ def fallback_on_the_simulated_accelerator() -> int:
             check(False, "with fallback=False the device's own error comes through")
 
     kinds = {(entry.kind, entry.api) for entry in torchdevice.report().entries}
-    check(("fallback", "torch.erfinv") in kinds, "the fallback is in the migration report")
+    check(("fallback", "torch.special_ndtri") in kinds, "the fallback is in the migration report")
     check(("dtype", "torch.zeros") in kinds, "the float64 narrowing is in the migration report")
     print("  migration report of the child process:")
     for line in torchdevice.report().to_text().splitlines()[1:]:

@@ -55,7 +55,7 @@ EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[pytest.MarkDec
         (
             "torch.cuda.CUDAGraph(): UnsupportedFeatureError: torch.cuda.CUDAGraph is a "
             "CUDA-only feature",
-            "[ok] torch.erfinv, missing on simgpu, returns on simgpu:0",
+            "[ok] torch.special.ndtri, missing on simgpu, returns on simgpu:0",
             "[ok] float64 on an MPS-like device is narrowed to float32",
             "[ok] the fallback demonstration passed its checks",
             ALL_PASSED,

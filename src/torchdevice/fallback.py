@@ -16,8 +16,12 @@ Rules copied in spirit from ``run_fallback_kernel`` in ``torch/_subclasses/fake_
 * only calls whose tensors sit on the host's accelerator fall back (a failing ``meta`` or
   CPU op is a real error), and the rerun itself failing re-raises the *original* error.
 
-A call that fell back once goes straight to the CPU afterwards, per function and input
-dtypes; every fallback is logged once per call site and counted in the migration report.
+A call that fell back once goes straight to the CPU afterwards, per function, input
+dtypes and device, until ``disable()``; every fallback is logged once per call site and
+counted in the migration report.
+
+Which errors mean "the device cannot run this" is one table, :data:`CAPABILITY_ERRORS`;
+which calls are never rerun, whatever they raise, is another, :data:`NEVER_RERUN`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
@@ -35,30 +39,108 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 
-__all__ = ["Fallback", "Unsupported", "is_capability_error", "observe_native", "unobserve_native"]
+__all__ = [
+    "CAPABILITY_ERRORS",
+    "CAPABILITY_ERROR_TYPES",
+    "NEVER_RERUN",
+    "CapabilityError",
+    "Fallback",
+    "Unsupported",
+    "is_capability_error",
+    "observe_native",
+    "unobserve_native",
+]
 
-#: Messages of device-capability errors (MPS, CUDA, PrivateUse1 backends, dtype gaps).
-_CAPABILITY = re.compile(
-    r"not (?:currently )?implemented for|not supported (?:on|for|by) the|"
-    r"Could not run '[\w:.]+' with arguments from the '\w+' backend|"
-    r"doesn't support|does not support .*(?:dtype|device|backend)|"
-    r"is not currently supported on the \w+ backend"
+
+class CapabilityError(NamedTuple):
+    """One kind of error that says "this device cannot run this call"."""
+
+    kind: type[Exception]
+    #: Searched in the message; ``None``: every error of ``kind`` counts.
+    message: re.Pattern[str] | None
+    #: A message of this kind, as PyTorch words it (the tests check each one matches).
+    example: str
+
+
+#: The errors that count as "the device cannot run this", and the only ones: a call that
+#: raises anything else (shape, dtype promotion, device mismatch, float64 on MPS...) is
+#: wrong on every device, and its error propagates unchanged.
+CAPABILITY_ERRORS: Final[tuple[CapabilityError, ...]] = (
+    # A missing kernel, whatever its wording: the dispatcher's "Could not run", MPS's error
+    # fallback (mps_error_fallback, aten/src/ATen/mps/MPSFallback.mm), and every
+    # TORCH_CHECK_NOT_IMPLEMENTED in a kernel ("only strided tensors are supported on MPS").
+    CapabilityError(
+        NotImplementedError,
+        None,
+        "The operator 'aten::heaviside.out' is not currently implemented for the MPS device.",
+    ),
+    # AT_DISPATCH_* of a kernel that has no code for a dtype (Dispatch.h: "not implemented
+    # for"), and MPS's error text when it reaches Python as a RuntimeError.
+    CapabilityError(
+        RuntimeError,
+        re.compile(r"not (?:currently )?implemented for"),
+        "\"addmm_impl_cpu_\" not implemented for 'Half'",
+    ),
+    # The dispatcher's missing-kernel text (NotImplementedError from Python) when code in
+    # between re-raises it as a RuntimeError.
+    CapabilityError(
+        RuntimeError,
+        re.compile(r"Could not run '[\w:.]+' with arguments from the '\w+' backend"),
+        "Could not run 'aten::_fft_r2c' with arguments from the 'MPS' backend.",
+    ),
+    # Backends' "not supported" checks naming the backend or device.
+    CapabilityError(
+        RuntimeError,
+        re.compile(
+            r"not supported (?:on|for|by) the|is not currently supported on the \w+ backend"
+        ),
+        "The operator 'aten::_linalg_eigh' is not currently supported on the MPS backend.",
+    ),
+    # Backends' dtype and feature checks ("MPS does not support cumsum op with int64 input").
+    CapabilityError(
+        RuntimeError,
+        re.compile(r"doesn't support|does not support .*(?:dtype|device|backend)"),
+        "MPS does not support cumsum op with int64 input on this device",
+    ),
+    # An MPS kernel refusing a dtype the device can hold (complex128, float8...):
+    # getMPSDataType in aten/src/ATen/native/mps/OperationUtils.mm, TORCH_CHECK_TYPE. The
+    # CPU can compute it and the result can come back. Not float64: MPS cannot hold it at
+    # all ("Cannot convert a MPS Tensor to float64 dtype", EmptyTensor.cpp), so no result
+    # could come back; the dtype rule narrows float64 requests instead (docs/fallback.md).
+    CapabilityError(
+        TypeError,
+        re.compile(r"Trying to convert \w+ to the \w+ backend but it does not have support"),
+        "Trying to convert ComplexDouble to the MPS backend but it does not have support for "
+        "that dtype.",
+    ),
 )
 
-_Key = tuple[Callable[..., Any], tuple[torch.dtype, ...]]
+#: The exception classes the mode's ``except`` clause catches: those of the table.
+CAPABILITY_ERROR_TYPES: Final[tuple[type[Exception], ...]] = tuple(
+    dict.fromkeys(entry.kind for entry in CAPABILITY_ERRORS)
+)
+
+#: Calls never rerun on the CPU, whatever they raise: their meaning is the identity of their
+#: tensors, which a copy does not keep. Autograd's entry points run backward kernels on the
+#: graph that reaches the tensors they are given; rerun on CPU copies (which have no graph)
+#: they return no gradients, or zeros, instead of the error of the missing backward kernel.
+NEVER_RERUN: Final[frozenset[Callable[..., Any]]] = frozenset(
+    {torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward}
+)
+
+_CPU: Final = torch.device("cpu")
+
+_Key = tuple[Callable[..., Any], tuple[torch.dtype, ...], torch.device]
 
 
 def is_capability_error(error: BaseException) -> bool:
-    """Whether ``error`` says the device cannot run the op (not that the call is wrong).
-
-    ``NotImplementedError`` always is (PyTorch raises it for missing kernels); it is a
-    subclass of ``RuntimeError``, so it is checked first. A ``RuntimeError`` is one only
-    when its message says so; shape, dtype-promotion and device-mismatch errors are not.
-    """
-    if isinstance(error, NotImplementedError):
-        return True
-    if isinstance(error, RuntimeError):
-        return _CAPABILITY.search(str(error)) is not None
+    """Whether ``error`` says the device cannot run the call (not that the call is wrong):
+    whether an entry of :data:`CAPABILITY_ERRORS` matches its class and message."""
+    for entry in CAPABILITY_ERRORS:
+        if isinstance(error, entry.kind) and (
+            entry.message is None or entry.message.search(str(error)) is not None
+        ):
+            return True
     return False
 
 
@@ -68,10 +150,15 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor
 
 
 def _storage(tensor: torch.Tensor) -> int:
+    """The address of ``tensor``'s memory, -1 when it has none to alias.
+
+    Empty storages all sit at address 0: an empty result is no view of an empty input.
+    """
     try:
-        return int(tensor.untyped_storage().data_ptr())
+        storage = tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse / nested: no plain storage
         return -1
+    return int(storage.data_ptr()) if storage.nbytes() else -1
 
 
 class Unsupported(Exception):
@@ -94,8 +181,16 @@ class Fallback:
     def cached(
         self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> bool:
-        """Whether this call, by function and input dtypes, fell back before."""
-        return (func, self._dtypes(args, kwargs)) in self._keys
+        """Whether this call, by function, input dtypes and device, fell back before."""
+        device = self._device(args, kwargs)
+        return device is not None and (func, self._dtypes(args, kwargs), device) in self._keys
+
+    def reset(self) -> None:
+        """Forget every cached fallback (``disable()`` calls it: a later activation, maybe
+        on another device or torch build, starts by trying the device again)."""
+        with self._lock:
+            self._keys.clear()
+            self.functions.clear()
 
     def rerun(
         self,
@@ -110,7 +205,7 @@ class Fallback:
         the original traceback; here ``Unsupported`` signals "not applicable".
         """
         device = self._device(args, kwargs)
-        if device is None:
+        if device is None or func in NEVER_RERUN:
             raise Unsupported
         if not self.enabled:
             if error is not None:
@@ -119,6 +214,9 @@ class Fallback:
         cpu_args, cpu_kwargs = tree_map_only(
             torch.Tensor, lambda t: t.cpu() if t.device == device else t, (args, kwargs)
         )
+        requested = _as_device(cpu_kwargs.get("device"))
+        if requested is not None and requested.type == device.type:
+            cpu_kwargs["device"] = _CPU  # a factory: made on the CPU, then moved
         inputs = {_storage(t) for t in _tensors(cpu_args, cpu_kwargs)} - {-1}
         try:
             result = func(*cpu_args, **cpu_kwargs)
@@ -126,7 +224,8 @@ class Fallback:
             raise Unsupported from None
         out = kwargs.get("out")
         if _is_inplace(func) or out is not None:
-            return self._write_back(func, args, kwargs, cpu_args, cpu_kwargs, result)
+            call, cpu_call = (args, kwargs), (cpu_args, cpu_kwargs)
+            return self._write_back(device, func, call, cpu_call, result, error)
         for tensor in _tensors((result,), {}):
             if _storage(tensor) in inputs:
                 raise Unsupported  # a view of an input: a copy would break aliasing
@@ -136,7 +235,14 @@ class Fallback:
 
     # -- helpers -----------------------------------------------------------------------
     def _device(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.device | None:
+        """The accelerator the call ran on: that of its non-CPU tensors, or, for a factory
+        with none (``torch.logspace(0, 1, 5, device="cuda")``), its ``device=`` argument
+        once the mode's handler has rewritten it to the accelerator."""
         devices = {t.device for t in _tensors(args, kwargs) if t.device.type != "cpu"}
+        if not devices:
+            requested = _as_device(kwargs.get("device"))
+            if requested is not None:
+                devices = {requested}
         if len(devices) != 1:
             return None
         (device,) = devices
@@ -148,24 +254,24 @@ class Fallback:
 
     def _write_back(
         self,
+        device: torch.device,
         func: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        cpu_args: tuple[Any, ...],
-        cpu_kwargs: dict[str, Any],
+        call: tuple[tuple[Any, ...], dict[str, Any]],
+        cpu_call: tuple[tuple[Any, ...], dict[str, Any]],
         result: Any,
+        error: BaseException | None,
     ) -> Any:
         """In-place and ``out=``: copy each CPU-side mutated tensor into its original."""
+        args, kwargs = call
         originals = _tensors(args, kwargs)
-        copies = _tensors(cpu_args, cpu_kwargs)
+        copies = _tensors(*cpu_call)
         for original, copy in zip(originals, copies, strict=True):
             if original is copy or original.device.type == "cpu":
                 continue
             if copy.shape != original.shape:
                 original.resize_(copy.shape)
             original.copy_(copy)
-        device = originals[0].device if originals else None
-        self._remember(func, args, kwargs, device, None)
+        self._remember(func, args, kwargs, device, error)
         out = kwargs.get("out")
         if out is not None:
             return out
@@ -178,11 +284,11 @@ class Fallback:
         func: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        device: torch.device | None,
+        device: torch.device,
         error: BaseException | None,
     ) -> None:
         dtypes = self._dtypes(args, kwargs)
-        key = (func, dtypes)
+        key = (func, dtypes, device)
         first = key not in self._keys
         with self._lock:
             self._keys.add(key)
@@ -190,8 +296,21 @@ class Fallback:
         reason = "cached: failed before on this device" if error is None and not first else (
             _first_line(error) if error is not None else "in-place fallback"
         )  # fmt: skip
-        requested = f"{device}, {', '.join(str(d).removeprefix('torch.') for d in dtypes)}"
+        requested = ", ".join([str(device), *(str(d).removeprefix("torch.") for d in dtypes)])
         self.runtime.note_event("fallback", api_name(func), requested, "cpu", reason)
+
+
+def _as_device(value: object) -> torch.device | None:
+    """A ``device=`` argument as a ``torch.device``; None for anything else (ints too: an
+    int names a CUDA index, which the mode has already rewritten)."""
+    if isinstance(value, torch.device):
+        return value
+    if isinstance(value, str):
+        try:
+            return torch.device(value)
+        except RuntimeError:
+            return None
+    return None
 
 
 def _first_line(error: BaseException) -> str:

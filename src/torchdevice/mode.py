@@ -19,7 +19,12 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
 
-from torchdevice.fallback import Fallback, Unsupported, is_capability_error
+from torchdevice.fallback import (
+    CAPABILITY_ERROR_TYPES,
+    Fallback,
+    Unsupported,
+    is_capability_error,
+)
 from torchdevice.intercepts import Handler
 from torchdevice.runtime import Runtime
 
@@ -66,7 +71,7 @@ class DeviceMode(TorchFunctionMode):
             if handler is None:
                 return func(*args, **kwargs)
             return handler(self.runtime, func, args, kwargs)
-        except (NotImplementedError, RuntimeError) as error:
+        except CAPABILITY_ERROR_TYPES as error:
             if is_capability_error(error):
                 try:
                     return fallback.rerun(func, args, kwargs, error)
@@ -78,9 +83,12 @@ class DeviceMode(TorchFunctionMode):
         """Make the mode a pass-through in every thread where it is still stacked.
 
         Threads keep their own mode stacks; ``disable()`` can only pop the calling
-        thread's, so the others' copies go inert instead.
+        thread's, so the others' copies go inert instead. The fallback's cache is emptied:
+        it belongs to this activation, not to the next.
         """
         self.table = _EMPTY
+        if self.fallback is not None:
+            self.fallback.reset()
         self.fallback = None
 
 

@@ -1,9 +1,10 @@
 """Test helpers for code that runs on accelerators, usable on machines that have none.
 
 :func:`register` adds a *simulated accelerator* to PyTorch: a real device type (``simgpu`` by
-default) whose tensors hold real data in CPU memory and whose op set is deliberately
-incomplete, so that redirect-to-accelerator and CPU-fallback paths run honestly in CPU-only
-CI. See :mod:`torchdevice.testing.simulated` for what it implements and how.
+default) whose tensors hold real data in CPU memory and whose op set is MPS's in the installed
+torch (read from the wheel's ``native_functions.yaml`` by :mod:`torchdevice.testing.mps_ops`),
+so that redirect-to-accelerator and CPU-fallback paths run honestly in CPU-only CI. See
+:mod:`torchdevice.testing.simulated` for what it implements and how.
 
 This package is not imported by ``import torchdevice``: registering a backend is
 process-global and permanent, so only code that asks for it gets it.
@@ -13,20 +14,20 @@ from __future__ import annotations
 
 from torchdevice.testing.simulated import (
     DEFAULT_NAME,
-    MISSING_OPS,
-    SUPPORTED_OPS,
     is_registered,
+    missing_ops,
     register,
     registered_name,
     registered_overloads,
+    supported_ops,
 )
 
 __all__ = [
     "DEFAULT_NAME",
-    "MISSING_OPS",
-    "SUPPORTED_OPS",
     "is_registered",
+    "missing_ops",
     "register",
     "registered_name",
     "registered_overloads",
+    "supported_ops",
 ]

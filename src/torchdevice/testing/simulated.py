@@ -8,17 +8,29 @@ autograd and device checks as a tensor on MPS, and:
 
 * **holds data**: every tensor's storage is real CPU memory, so values survive any round trip
   and can be compared with a CPU reference;
-* **computes only what it lists**: the ops in :data:`SUPPORTED_OPS` run the CPU kernel on CPU
-  *aliases* of the same memory (views stay views, in-place ops write in place);
-* **lacks ops the way real backends do**: ops in :data:`MISSING_OPS` raise MPS's own
-  ``NotImplementedError`` ("The operator 'aten::erfinv.out' is not currently implemented for
-  the simgpu device..."), and every other op that has a backend kernel for CPU but none here
-  raises the dispatcher's own "Could not run 'aten::xxx' with arguments from the 'simgpu'
-  backend". Nothing silently computes on the wrong device.
+* **computes what MPS computes**: the op overloads MPS has a kernel for in the installed torch
+  (:func:`supported_ops`, read from the wheel's ``native_functions.yaml`` by
+  :mod:`torchdevice.testing.mps_ops`) run the CPU kernel on CPU *aliases* of the same memory
+  (views stay views, in-place ops write in place);
+* **lacks what MPS lacks, the way MPS does**: every other op (:func:`missing_ops` are those
+  the CPU has) reaches a boxed fallback that raises MPS's own ``NotImplementedError`` ("The
+  operator 'aten::heaviside.out' is not currently implemented for the simgpu device...",
+  ``mps_error_fallback`` in ``aten/src/ATen/mps/MPSFallback.mm``), for ops of every namespace,
+  as on MPS with ``PYTORCH_ENABLE_MPS_FALLBACK`` unset. Nothing silently computes on the
+  wrong device;
+* **has MPS's dtypes**: no float64 (allocating one raises MPS's ``TypeError``, "Cannot convert a
+  simgpu Tensor to float64 dtype..."), and kernels refuse the dtypes MPS kernels refuse
+  (complex128, float8...: :data:`~torchdevice.testing.mps_ops.MPS_DTYPES`). Copies, views and
+  allocation take any other dtype, as on MPS.
 
 Ops that PyTorch implements once for all backends (``CompositeExplicitAutograd`` or
 ``CompositeImplicitAutograd``: ``transpose``, ``expand``, ``_to_copy``, ``linear``...) work here
 as they work on every real backend: they decompose into the ops listed.
+
+What stays unlike MPS: kernels are the CPU's, so where the CPU kernel lacks a dtype that MPS has
+(or computes it differently) this device follows the CPU; and ops MPS routes to MPS-only kernels
+from C++ (``_mps_convolution``, ``_lstm_mps``, its SDPA) take the generic path here
+(``convolution_overrideable``: missing, so it falls back; SDPA's math decomposition).
 
 Registration is process-global and permanent: PyTorch can rename PrivateUse1 once per process
 and has no way to undo it, so there is no ``unregister()``. :func:`register` is idempotent; run
@@ -51,8 +63,9 @@ Limits (each one PyTorch's, for a backend written in Python):
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, NamedTuple, NoReturn, cast
 
@@ -64,89 +77,62 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
+from torchdevice.testing.mps_ops import (
+    MPS_DTYPES,
+    mps_kernels,
+    scalar_type_name,
+)
+
 __all__ = [
     "DEFAULT_NAME",
-    "MISSING_OPS",
-    "SUPPORTED_OPS",
     "is_registered",
+    "missing_ops",
     "register",
     "registered_name",
     "registered_overloads",
+    "supported_ops",
 ]
 
 #: The device type the backend registers as when no name is given.
 DEFAULT_NAME: Final = "simgpu"
 
 
-def _with_inplace(*names: str) -> frozenset[str]:
-    """Each op name and its in-place twin (``add`` and ``add_``): they are separate packets."""
-    return frozenset(n for name in names for n in (name, f"{name}_"))
+def _cpu_kernels() -> frozenset[str]:
+    """Every ``aten::`` overload the installed torch has a CPU kernel for (the dispatcher's
+    own answer), composite ones left out: those decompose on every backend."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = set()
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        try:
+            if has(name, "CPU") and not has(name, "CompositeImplicitAutograd"):
+                names.add(name)
+        except RuntimeError:  # pragma: no cover - a name the dispatcher lists but cannot find
+            continue
+    return frozenset(names)
 
 
-#: aten op packets (names without overload) this device implements. An op not here either
-#: decomposes into these (PyTorch's composite kernels) or fails as on an incomplete backend.
-SUPPORTED_OPS: Final[frozenset[str]] = frozenset(
-    {
-        # memory, copies between devices, scalars
-        "empty", "empty_strided", "copy_", "_copy_from", "_copy_from_and_resize", "resize_",
-        "set_", "_local_scalar_dense", "fill_", "zero_", "masked_fill_",
-        "index_fill_", "equal",
-        # views (the others are composite and decompose into as_strided)
-        "view", "as_strided", "_reshape_alias", "unfold", "view_as_real",
-        "view_as_complex",
-        # backward kernels of the elementwise ops
-        "threshold_backward", "sigmoid_backward", "tanh_backward", "gelu_backward",
-        "silu_backward", "hardtanh_backward", "leaky_relu_backward", "elu_backward",
-        "softplus_backward",
-        # reductions, scans, sorting
-        "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any",
-        "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "cumsum",
-        "cumprod", "topk", "sort", "count_nonzero",
-        # matrix products
-        "mm", "bmm", "addmm", "addmv", "addbmm", "baddbmm", "dot", "_addmm_activation",
-        # neural-network kernels and their backward
-        "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
-        "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
-        "mse_loss", "mse_loss_backward", "binary_cross_entropy",
-        "binary_cross_entropy_backward", "native_layer_norm", "native_layer_norm_backward",
-        "native_dropout", "native_dropout_backward", "embedding_dense_backward",
-        "grid_sampler_2d",  # but not its backward: see MISSING_OPS
-        # indexing, gathering, joining
-        "index", "_index_put_impl_", "index_select", "gather", "scatter",
-        "scatter_", "scatter_add", "scatter_add_", "index_add", "index_add_", "masked_select",
-        "nonzero", "cat", "flip", "roll", "tril", "triu", "tril_", "triu_", "where",
-        # elementwise whose in-place twin is composite in aten (or absent)
-        "isnan", "maximum", "minimum", "softplus", "abs", "logical_not", "logical_and",
-        "logical_or", "nan_to_num",
-        # creation
-        "arange", "linspace", "eye",
-        # random numbers (drawn from this device's generator, see manual_seed)
-        "normal", "normal_", "uniform_", "bernoulli", "bernoulli_", "random_", "exponential_",
-        "randperm", "multinomial",
-    }
-    # elementwise, with in-place twins
-    | _with_inplace(
-        "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sign",
-        "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil",
-        "round", "trunc", "clamp", "clamp_min", "clamp_max", "pow", "add", "sub", "mul", "div",
-        "remainder", "fmod", "lerp", "addcmul", "addcdiv", "eq", "ne", "lt", "le", "gt", "ge",
-        "bitwise_and", "bitwise_or", "bitwise_not", "hardtanh", "leaky_relu", "elu",
-    )
-)  # fmt: skip
+@functools.cache
+def supported_ops() -> frozenset[str]:
+    """The ``aten::op.overload`` names this device computes: exactly those MPS has a kernel for
+    in the installed torch (:func:`~torchdevice.testing.mps_ops.mps_kernels`) that have a CPU
+    kernel to run. Derived at run time, cached: nothing here is typed in by hand.
 
-#: aten op packets this device lacks on purpose. Each has a CPU kernel, so CPU-fallback code
-#: can rerun it there; each raises MPS's "not currently implemented" NotImplementedError here.
-#: Chosen to cover the shapes a fallback must handle: elementwise with in-place and out=
-#: variants (erfinv), a fresh result (histc), a tuple result (kthvalue, linalg_qr), a complex
-#: result (linalg_eig), an op whose backward is missing too (_cdist_forward/_cdist_backward),
-#: and one whose forward works and only the backward is missing (grid_sampler_2d_backward, as
-#: on MPS for years), so a fallback is exercised inside ``backward()``.
-MISSING_OPS: Final[frozenset[str]] = frozenset(
-    {
-        "erfinv", "erfinv_", "histc", "kthvalue", "_cdist_forward", "_cdist_backward",
-        "linalg_eig", "linalg_qr", "linalg_householder_product", "grid_sampler_2d_backward",
-    }
-)  # fmt: skip
+    Composite ops MPS overrides with its own CPU rerun (``linalg_svd`` in
+    :data:`~torchdevice.testing.mps_ops.MPS_CPU_FALLBACK_OPS`) stay composite here: a Python
+    kernel in their place would bypass their autograd formula, so they decompose into ops this
+    device lacks, and fall back whole.
+    """
+    return _cpu_kernels() & mps_kernels()
+
+
+@functools.cache
+def missing_ops() -> frozenset[str]:
+    """The ``aten::op.overload`` names the CPU has a kernel for and MPS has none: on this
+    device each raises MPS's own ``NotImplementedError``, and a CPU fallback can rerun it."""
+    return _cpu_kernels() - mps_kernels()
+
 
 #: Ops that legitimately take tensors on another device: the copies between devices, and
 #: indexing, whose index tensors may stay on the CPU (as on CUDA and MPS).
@@ -154,6 +140,16 @@ _CROSS_DEVICE_OPS: Final = frozenset(
     {
         "copy_", "_copy_from", "_copy_from_and_resize", "index", "index_put_",
         "_index_put_impl_", "equal",
+    }
+)  # fmt: skip
+
+#: Packets that only allocate, copy or describe memory: MPS runs them for any dtype (its
+#: ``empty_mps`` refuses only float64, its blit copies move bytes), while its compute kernels
+#: look the dtype up in ``getMPSDataType`` and refuse the rest. Views are found from the schema.
+_ANY_DTYPE_OPS: Final = frozenset(
+    {
+        "empty", "empty_strided", "set_", "resize_", "copy_", "_copy_from",
+        "_copy_from_and_resize", "_local_scalar_dense",
     }
 )  # fmt: skip
 
@@ -226,8 +222,8 @@ def register(name: str = DEFAULT_NAME) -> str:
                 f"simulated accelerator cannot register as {name!r}. Run it in a process "
                 "that loads no other out-of-tree backend."
             )
-        for packet_name in SUPPORTED_OPS | MISSING_OPS:  # fail before the permanent rename
-            getattr(torch.ops.aten, packet_name)
+        for operator in supported_ops():  # fail before the permanent rename
+            _overload(operator)
         module = _DeviceModule(name)
         rename_privateuse1_backend(name)
         try:
@@ -252,7 +248,13 @@ def _install(name: str, module: _DeviceModule) -> _State:
     # Python cannot reuse CUDA's, so autocast passes through and casts nothing on this device.
     autocast = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
-    return _State(name, device, (kernels, autocast), module, overloads)
+    # Every op without a kernel here, of any namespace, fails as MPS fails: MPS registers
+    # mps_error_fallback for all ops (TORCH_LIBRARY_IMPL(_, MPS, m) in MPSFallback.mm). The
+    # dispatcher prefers composite kernels to a backend fallback, as it does on MPS.
+    missing = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
+    missing.fallback(_missing_kernel(name), "PrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
+    _print_like_mps(name)
+    return _State(name, device, (kernels, autocast, missing), module, overloads)
 
 
 def registered_overloads() -> frozenset[str]:
@@ -392,13 +394,43 @@ def _as_device(device: torch.device | str | int, name: str) -> torch.device:
 
 
 def _not_implemented_message(operator: str, name: str) -> str:
-    """MPS's wording (aten/src/ATen/mps/MPSFallback.mm), so code that recognises it works."""
+    """MPS's own text, with the device's name for "MPS": ``mps_error_fallback`` in
+    ``aten/src/ATen/mps/MPSFallback.mm``, with the commit hash torch was built from."""
     return (
-        f"The operator '{operator}' is not currently implemented for the {name} device. "
-        f"{name} is torchdevice's simulated accelerator and lacks this op on purpose (it is in "
-        "torchdevice.testing.simulated.MISSING_OPS), so that CPU-fallback code is exercised. "
-        "A real accelerator reports the same error for the ops it lacks."
+        f"The operator '{operator}' is not currently implemented for the {name} device. If you "
+        "want this op to be considered for addition please comment on "
+        "https://github.com/pytorch/pytorch/issues/141287 and mention use-case, that resulted "
+        f"in missing op as well as commit hash {torch.version.git_version}. As a temporary fix, "
+        "you can set the environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU "
+        f"as a fallback for this op. WARNING: this will be slower than running natively on "
+        f"{name}."
     )
+
+
+def _float64_message(name: str) -> str:
+    """``MPS_ERROR_DOUBLE_NOT_SUPPORTED`` of ``aten/src/ATen/mps/EmptyTensor.cpp``, raised by
+    ``empty_mps`` and ``empty_strided_mps`` for every float64 allocation."""
+    return (
+        f"Cannot convert a {name} Tensor to float64 dtype as the {name} framework doesn't "
+        "support float64. Please use float32 instead."
+    )
+
+
+def _dtype_message(dtype: torch.dtype, name: str) -> str:
+    """``getMPSDataType``'s refusal (``aten/src/ATen/native/mps/OperationUtils.mm``)."""
+    return (
+        f"Trying to convert {scalar_type_name(dtype)} to the {name} backend but it does not "
+        "have support for that dtype."
+    )
+
+
+def _missing_kernel(name: str) -> Callable[..., NoReturn]:
+    """The boxed fallback: every op without a kernel on the device raises MPS's error."""
+
+    def missing(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(_not_implemented_message(_operator_name(op), name))
+
+    return missing
 
 
 @contextmanager
@@ -423,7 +455,7 @@ class _Backend:
     # -- installation -----------------------------------------------------------------
 
     def install(self, library: torch.library.Library) -> frozenset[str]:
-        """Register a kernel for every backend overload of the supported and missing ops."""
+        """Register a kernel for every overload MPS has a kernel for (and the CPU can run)."""
         installed: set[str] = set()
 
         def add(op: torch._ops.OpOverload, kernel: Callable[..., Any]) -> None:
@@ -432,17 +464,13 @@ class _Backend:
             installed.add(_operator_name(op))
 
         special = self._special_kernels()
-        for packet_name in sorted(SUPPORTED_OPS):
-            for op in _backend_overloads(packet_name):
-                if _operator_name(op) in _LEFT_OUT:
-                    continue
-                add(op, special.get(_operator_name(op)) or self._kernel(op))
-        for op_name, kernel in special.items():
-            if _operator_name(op := _overload(op_name)) not in installed:
-                add(op, kernel)
-        for packet_name in sorted(MISSING_OPS):
-            for op in _backend_overloads(packet_name):
-                add(op, self._missing(op))
+        for operator in sorted(supported_ops()):
+            if operator in _LEFT_OUT:
+                continue
+            add(op := _overload(operator), special.get(operator) or self._kernel(op))
+        for operator, kernel in special.items():
+            if operator not in installed:
+                add(_overload(operator), kernel)
         return frozenset(installed)
 
     def _special_kernels(self) -> dict[str, Callable[..., Any]]:
@@ -453,7 +481,20 @@ class _Backend:
         out-of-tree device; ``set_`` and ``resize_`` change the device tensor's own storage.
         """
         copy = self._kernel(torch.ops.aten.copy_.default)
+        # MPS convolves with its own kernels (_mps_convolution, mps_convolution_backward...:
+        # MPS-only entries of native_functions.yaml), which ATen's convolution picks for the
+        # MPS device type; for an out-of-tree device it calls these two instead.
+        convolution = self._kernel(
+            torch.ops.aten.convolution_overrideable.default, torch.ops.aten.convolution.default
+        )
+        convolution_backward = self._kernel(
+            torch.ops.aten.convolution_backward_overrideable.default, _convolution_backward
+        )
+        zeros = self._kernel(torch.ops.aten._efficientzerotensor.default, _plain_zeros)
         return {
+            "aten::_efficientzerotensor": zeros,
+            "aten::convolution_overrideable": convolution,
+            "aten::convolution_backward_overrideable": convolution_backward,
             "aten::copy_": copy,
             "aten::_copy_from": self._copy_from,
             "aten::_copy_from_and_resize": self._copy_from_and_resize,
@@ -465,17 +506,13 @@ class _Backend:
             "aten::set_.source_Tensor": _redispatch_to_cpu(torch.ops.aten.set_.source_Tensor),
         }
 
-    def _missing(self, op: torch._ops.OpOverload) -> Callable[..., Any]:
-        """A kernel that fails as MPS fails for an op it lacks."""
-        message = _not_implemented_message(_operator_name(op), self.name)
-
-        def missing_kernel(*args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError(message)
-
-        return missing_kernel
-
-    def _kernel(self, op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def _kernel(
+        self, op: torch._ops.OpOverload, compute: Callable[..., Any] | None = None
+    ) -> Callable[..., Any]:
         """The kernel for one supported overload: the CPU kernel on CPU aliases of the data.
+
+        ``compute`` replaces the CPU kernel of ``op`` where the CPU has none (the
+        ``*_overrideable`` convolutions).
 
         Inputs and in-place ``self`` are aliases of the device memory, so views and in-place
         writes land where they belong. ``out=`` arguments get a fresh CPU tensor instead,
@@ -496,25 +533,35 @@ class _Backend:
             and argument.alias_info.is_write
         ]
         cross_device = packet_name in _CROSS_DEVICE_OPS
+        any_dtype = packet_name in _ANY_DTYPE_OPS or _is_view(schema)
+        tensor_arguments = {
+            index: argument.name
+            for index, argument in enumerate(schema.arguments)
+            if argument.type.isSubtypeOf(torch._C.OptionalType(torch._C.TensorType.get()))
+        }
         takes_generator = "generator" in argument_names
         global_rng = packet_name == "native_dropout"
+        run = op if compute is None else compute
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
             with _below_python():
                 if not cross_device:
                     self._check_devices(op, args, kwargs)
+                if not any_dtype:
+                    self._check_dtypes(args, kwargs)
                 if takes_generator:
                     kwargs = self._device_generator(args, kwargs, argument_names)
                 memo: dict[int, torch.UntypedStorage] = {}
                 host_args, host_kwargs = tree_map(lambda x: self._to_host(x, memo), (args, kwargs))
+                host_args, host_kwargs = _rewrap_numbers(host_args, host_kwargs, tensor_arguments)
                 outs = {name: kwargs[name] for name in out_names if kwargs.get(name) is not None}
                 for name, out in outs.items():
                     host_kwargs[name] = torch.empty(0, dtype=out.dtype)
                 if global_rng:
                     with self.module._as_global_cpu_generator():
-                        result = op(*host_args, **host_kwargs)
+                        result = run(*host_args, **host_kwargs)
                 else:
-                    result = op(*host_args, **host_kwargs)
+                    result = run(*host_args, **host_kwargs)
                 for name, out in outs.items():
                     produced = host_kwargs[name]
                     if out.shape != produced.shape:
@@ -539,6 +586,16 @@ class _Backend:
                 f"devices, {self.device} and {value.device}! (when checking arguments for "
                 f"{_operator_name(op)})"
             )
+
+    def _check_dtypes(self, args: Any, kwargs: Any) -> None:
+        """Refuse device tensors of a dtype MPS kernels refuse (``getMPSDataType``)."""
+        for value in tree_flatten((args, kwargs))[0]:
+            if (
+                isinstance(value, torch.Tensor)
+                and value.device.type == self.name
+                and value.dtype not in MPS_DTYPES
+            ):
+                raise TypeError(_dtype_message(value.dtype, self.name))
 
     def _device_generator(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], argument_names: list[str]
@@ -613,6 +670,8 @@ class _Backend:
                 return value
             if value.device.type != "cpu":  # pragma: no cover - CPU kernels return CPU tensors
                 raise AssertionError(f"a CPU kernel returned a tensor on {value.device}")
+            if value.dtype == torch.float64:  # MPS allocates every result with empty_mps
+                raise TypeError(_float64_message(self.name))
             host_storage = value.untyped_storage()
             key = host_storage.data_ptr()
             storage = memo.get(key) if host_storage.nbytes() else None
@@ -682,6 +741,68 @@ class _Backend:
         return tensor
 
 
+def _plain_zeros(
+    size: list[int],
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+) -> torch.Tensor:
+    """``_efficientzerotensor`` as a plain tensor of zeros.
+
+    Autograd builds zero gradients with it (``sgn`` of a real tensor); the CPU's is a
+    ``ZeroTensor`` with no memory, which cannot be rebuilt on this device (Python cannot give
+    a tensor that dispatch key). Zeros are what it stands for; only the memory saving is lost.
+    """
+    return torch.zeros(size, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+
+def _convolution_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``convolution_backward_overrideable`` computed by the CPU's ``convolution_backward``.
+
+    The overrideable op has no bias sizes (the bias has one value per output channel) and
+    must return three tensors: a gradient not asked for is an empty tensor, never used.
+    """
+    channels = weight.size(1) * groups if transposed else weight.size(0)
+    grads = torch.ops.aten.convolution_backward.default(
+        grad_output, input, weight, [channels], stride, padding, dilation, transposed,
+        output_padding, groups, output_mask,
+    )  # fmt: skip
+    empty = torch.empty(0, dtype=grad_output.dtype)
+    grad_input, grad_weight, grad_bias = (empty if g is None else g for g in grads)
+    return grad_input, grad_weight, grad_bias
+
+
+def _print_like_mps(name: str) -> None:
+    """Let ``print`` format this device's tensors in float32, as it does MPS tensors.
+
+    ``torch._tensor_str.tensor_totype`` converts a tensor to float64 to format it, except on
+    MPS (``t.is_mps``) and other devices without float64; a device only gets that exception
+    by name. Process-wide and permanent, like the registration itself.
+    """
+    tensor_str = torch._tensor_str
+    original = tensor_str.tensor_totype
+
+    def tensor_totype(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type == name:
+            return t.to(dtype=torch.float)
+        return cast("torch.Tensor", original(t))  # type: ignore[no-untyped-call]  # untyped in torch
+
+    tensor_str.tensor_totype = tensor_totype
+
+
 def _redispatch_to_cpu(op: torch._ops.OpOverload) -> Callable[..., Any]:
     """A kernel running the CPU kernel on the device tensors themselves (metadata-only ops).
 
@@ -737,6 +858,82 @@ def _operator_name(op: torch._ops.OpOverload) -> str:
     return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
 
 
+def _rewrap_numbers(
+    args: tuple[Any, ...], kwargs: dict[str, Any], tensor_arguments: dict[int, str]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Tensor arguments that reached the kernel as Python numbers, as tensors again.
+
+    C++ code calls kernels with *wrapped numbers* (``t % 5`` inside ``take_along_dim``): CPU
+    tensors PyTorch hands to a Python kernel as plain numbers, which the CPU op then refuses
+    ("Expected a value of type 'Tensor'"). Python cannot mark a tensor as a wrapped number,
+    so each becomes a 0-dim tensor whose dtype gives the result a wrapped number gives (see
+    :func:`_number_tensor`).
+    """
+    values = (*args, *kwargs.values())
+    if not any(isinstance(value, _NUMBERS) for value in values):
+        return args, kwargs
+    tensors = [value for value in values if isinstance(value, torch.Tensor)]
+    like = tensors[0].dtype if tensors else None
+    dimensioned = any(tensor.dim() for tensor in tensors)
+    positional = list(args)
+    for index, value in enumerate(positional):
+        if index in tensor_arguments:
+            positional[index] = _number_tensor(value, like, dimensioned)
+    named = {
+        name: (
+            _number_tensor(value, like, dimensioned) if name in tensor_arguments.values() else value
+        )
+        for name, value in kwargs.items()
+    }
+    return tuple(positional), named
+
+
+_NUMBERS: Final = (bool, int, float, complex)
+
+
+def _kind(dtype: torch.dtype) -> int:
+    """The promotion category of ``dtype``: bool 0, integer 1, floating 2, complex 3."""
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 0 if dtype == torch.bool else 1
+
+
+def _number_tensor(value: Any, like: torch.dtype | None, dimensioned: bool) -> Any:
+    """A Python number as a 0-dim CPU tensor that promotes as a wrapped number; else ``value``.
+
+    A wrapped number only decides the result's kind (bool < int < float < complex), never
+    its precision. A number of a higher kind than the other operands gives the default
+    dtype of its kind. Otherwise the number keeps its full precision (int64, float64,
+    complex128) where a dimensioned operand outranks any 0-dim tensor; among 0-dim operands
+    only, it takes their dtype (rounded to it: the one case that can differ in the last bit).
+    """
+    if not isinstance(value, _NUMBERS):
+        return value
+    kind = next(index for index, t in enumerate(_NUMBERS) if isinstance(value, t))  # bool first
+    if like is None or kind > _kind(like):
+        default = (torch.bool, torch.int64, torch.get_default_dtype(), _default_complex())[kind]
+        return torch.tensor(value, dtype=default)
+    if dimensioned:
+        return torch.tensor(
+            value, dtype=(torch.bool, torch.int64, torch.float64, torch.complex128)[kind]
+        )
+    return torch.tensor(value, dtype=like)
+
+
+def _default_complex() -> torch.dtype:
+    """The complex dtype matching the default float dtype (``torch.complex64`` by default)."""
+    return {torch.float64: torch.complex128, torch.float16: torch.complex32}.get(
+        torch.get_default_dtype(), torch.complex64
+    )
+
+
+def _is_view(schema: torch._C.FunctionSchema) -> bool:
+    """Whether the op returns a view of an input (``Tensor(a)``, aliased and not written)."""
+    return any(ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns)
+
+
 def _written_argument(schema: torch._C.FunctionSchema, return_index: int) -> int | None:
     """The index of the argument a return writes into (``Tensor(a!)``), or None."""
     alias = schema.returns[return_index].alias_info
@@ -755,23 +952,3 @@ def _argument(
     if index < len(args):
         return args[index]
     return kwargs[argument_names[index]]
-
-
-def _backend_overloads(packet_name: str) -> Iterable[torch._ops.OpOverload]:
-    """Overloads of ``aten::<packet_name>`` that each backend implements for itself.
-
-    Only those with a CPU kernel (the one the device reuses). Composite overloads are left to
-    PyTorch's composite kernel, as on a real backend: a device kernel would replace the
-    decomposition, and for CompositeImplicitAutograd ones also their autograd formula.
-    """
-    packet = getattr(torch.ops.aten, packet_name)
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-    for overload_name in packet.overloads():
-        op: torch._ops.OpOverload = getattr(packet, overload_name)
-        try:
-            backend = has(_operator_name(op), "CPU")
-            implicit = has(_operator_name(op), "CompositeImplicitAutograd")
-        except RuntimeError:  # a TorchScript-only overload (copy_.int): not a dispatcher op
-            continue
-        if backend and not implicit:
-            yield op
