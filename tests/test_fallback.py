@@ -167,6 +167,16 @@ def test_factory_whose_kernel_is_missing_falls_back(simulated):
     assert (requested, count) == (f"{NAME}:0", 1)
 
 
+def test_a_factory_that_fell_back_still_takes_the_policy_and_the_dtype_rule(simulated):
+    """A cached fallback must not skip the factory's own rewriting (found by the op sweep)."""
+    torch.logspace(0, 1, 5, device="cuda")  # MPS has no logspace.out: falls back, cached
+    with torch.device("cuda"):  # DeviceContext hands the mode device=simgpu:0 directly
+        x = torch.logspace(0, 1, 5, dtype=torch.float64)
+    assert x.device == torch.device(NAME, 0)
+    assert x.dtype == torch.float32  # MPS has no float64: the documented dtype rule
+    torch.testing.assert_close(x.cpu(), torch.logspace(0, 1, 5, device="cpu"))
+
+
 def test_an_empty_result_is_not_taken_for_a_view(simulated):
     """Empty tensors all sit at address 0; an empty result still falls back."""
     x = torch.empty(0, 2, 4, 4, 4, device="cuda")

@@ -44,8 +44,8 @@ SWEEPS: dict[torch.dtype, tuple[int, bool]] = {
 FLOAT64 = "float64"
 BACKWARD_KERNEL = "backward kernel missing"
 SPARSE = "sparse layout"
-TO_POSITIONAL_COPY = "Tensor.to positional copy"
 STORAGE = "storage beyond the view"
+DTYPE_RULE = "the float64 rule"
 
 #: Why a call cannot match, checked by the error it gives (see ``_reason``):
 REASONS = {
@@ -63,10 +63,9 @@ REASONS = {
     # Sparse tensors: MPS registers SparseMPS kernels from C++; a Python backend cannot add
     # a sparse dispatch key, so this device is strided only.
     SPARSE: "sparse layout: the simulated device is strided only",
-    # torchdevice's Tensor.to intercept, on MPS hosts, re-parses the arguments to narrow
-    # float64 and refuses copy= given positionally (x.to("cpu", torch.float64, True, True));
-    # left to issue 8's transfer item, which reworks that intercept.
-    TO_POSITIONAL_COPY: "torchdevice bug: Tensor.to(device, dtype, non_blocking, copy)",
+    # An explicit float64 asked of a transfer that lands on the device is float32 there:
+    # torchdevice's documented dtype rule (docs/fallback.md), where the CPU keeps float64.
+    DTYPE_RULE: "explicit float64 narrowed to float32 on the device (the dtype rule)",
     # as_strided over storage past the view: copying the sample to the CPU keeps the view's
     # elements, not the storage around them, so the reference reads other memory.
     STORAGE: "sample artifact: the CPU copy of an as_strided view has a smaller storage",
@@ -87,7 +86,7 @@ EXCLUDED: dict[str, str] = {
         BACKWARD_KERNEL,
     ),
     **dict.fromkeys(["sparse.mm.reduce", "sparse.sampled_addmm", "to_sparse"], SPARSE),
-    "to": TO_POSITIONAL_COPY,
+    "to": DTYPE_RULE,
     "as_strided.partial_views": STORAGE,
 }  # fmt: skip
 
@@ -174,8 +173,10 @@ def _reason(error: Exception) -> str:
         return BACKWARD_KERNEL
     if f"Sparse{NAME}" in text or "sparse row compressed tensor layout" in text:
         return SPARSE
-    if isinstance(cause, RuntimeError) and text == ".to() does not accept copy argument":
-        return TO_POSITIONAL_COPY
+    if isinstance(cause, AssertionError) and (
+        "The values for attribute 'dtype' do not match: torch.float32 != torch.float64." in text
+    ):
+        return DTYPE_RULE
     if isinstance(cause, AssertionError) and "as_strided" in getattr(cause, "op_name", ""):
         return STORAGE
     first = text.strip().splitlines()[0][:160] if text.strip() else ""

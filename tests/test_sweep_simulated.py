@@ -24,18 +24,12 @@ from torchdevice import Host
 pytestmark = pytest.mark.slow  # a child pytest process, op_db's import, ~7,400 samples x3
 
 NAME = "simgpu"
-_ITEM_5 = "owned by item 5 (the simulated accelerator's op list and the fallback): "
 #: (op id, way, or "*" for every way) -> why the sweep does not hold the samples to the
 #: native CPU run. Counted in each sweep's summary; every excluded sample still runs and
 #: must still fail, so an exclusion that is no longer needed fails the sweep.
 EXCLUDED = {
     ("broadcast_shapes", "device="): "takes no device (it computes a torch.Size): "
     "device= is a TypeError natively too",
-    ("logspace", "*"): _ITEM_5 + "MPS has no logspace.out kernel (CPU and CUDA only), "
-    "nor has simgpu, and the fallback reruns only calls with tensors on the accelerator",
-    ("logspace.tensor_overload", "*"): _ITEM_5 + "as logspace: the same logspace.out",
-    ("tril_indices", "*"): _ITEM_5 + "MPS has tril_indices_mps, simgpu has no kernel",
-    ("triu_indices", "*"): _ITEM_5 + "MPS has triu_indices_mps, simgpu has no kernel",
 }
 
 

@@ -93,4 +93,12 @@ def test_parameters_and_modules(accelerator):
     assert model.weight.cpu() is model.weight
 
 
+def test_to_with_every_argument_positional_takes_the_dtype_rule(accelerator):
+    x = torch.arange(3.0, device="cuda")
+    for moved in (x.to("cuda", torch.float64, False, True), x.to(torch.float64, False, True)):
+        assert moved.dtype == torch.float32  # MPS has no float64: the dtype rule
+        assert moved.device == accelerator
+        assert independent(moved, x)  # copy=True, given positionally
+
+
 mirror_in_parent(globals())

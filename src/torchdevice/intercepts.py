@@ -345,11 +345,16 @@ def tensor_to(
 def _to_dtype_rule(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
     """``Tensor.to`` landing float64 on MPS: normalise the arguments, narrow the dtype."""
-    tensor = args[0]
-    copy = kwargs.get("copy", False)
+    tensor, *positional = args
+    # ``copy`` follows ``non_blocking`` in each form: .to(device, dtype, non_blocking, copy),
+    # .to(dtype, non_blocking, copy), .to(other, non_blocking, copy); _parse_to refuses it.
+    at = 3 if positional and _is_device_arg(positional[0]) else 2
+    copy = positional[at] if len(positional) > at else kwargs.get("copy", False)
     rest = {k: v for k, v in kwargs.items() if k != "copy"}
     with torch._C.DisableTorchFunction():  # parsing only: no mode needs to see it
-        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **rest)
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
+            *positional[:at], **rest
+        )
     target = device if device is not None else tensor.device
     wanted = dtype if dtype is not None else tensor.dtype
     narrowed = _narrow_float64(rt, func, target, wanted)

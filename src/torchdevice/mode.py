@@ -62,7 +62,10 @@ class DeviceMode(TorchFunctionMode):
             return handler(self.runtime, func, args, kwargs or {})
         if kwargs is None:
             kwargs = {}
-        if func in fallback.functions and fallback.cached(func, args, kwargs):
+        # Straight to the CPU when the call fell back before; not for table functions,
+        # whose handler must rewrite the call first (device, float64 rule), and which
+        # fall back from the error path below with the rewritten arguments.
+        if handler is None and func in fallback.functions and fallback.cached(func, args, kwargs):
             try:
                 return fallback.rerun(func, args, kwargs)
             except Unsupported:
