@@ -33,7 +33,7 @@ from torchdevice.host import Host
 from torchdevice.policy import Decision, Standing, stands_for
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import device_object, mark, moved, requested, standing
+from torchdevice.transfers import device_object, mark, mark_fresh, moved, requested, standing
 
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
@@ -69,10 +69,13 @@ def _apply(
     """The hot path of a redirected factory: resolve (one lookup), count, return.
 
     Also says what to mark the result as (:mod:`torchdevice.transfers`) when it lands on
-    a real device other than the one the request stands for; ``None`` when it does not.
+    a real device other than the one the request stands for; ``None`` when it does not
+    (and while dynamo traces: marks are for eager tensors).
     """
     decision, device, kind = rt.resolve(request)
-    if kind is not None and not _is_compiling():
+    if _is_compiling():
+        return device, None
+    if kind is not None:
         rt.count(decision, func, kind, 3)  # count <- _apply <- handler <- mode <- caller
     wanted = requested(request, stands_for(decision.requested))
     if wanted is None or wanted == ("host" if device.type == "cpu" else "device"):
@@ -143,7 +146,8 @@ def factory(
         if rt.float64_device is not None:
             _factory_dtype(rt, func, args, kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
-        return mark(func(*args, **kwargs), "host")
+        result = func(*args, **kwargs)
+        return result if _is_compiling() else mark_fresh(result, "host")
     device, marked_as = _apply(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
@@ -154,7 +158,7 @@ def factory(
         wanted = requested(request, stands_for(rt.decide(request).requested))
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
-    return result if marked_as is None else mark(result, marked_as)
+    return result if marked_as is None else mark_fresh(result, marked_as)
 
 
 def _from_data(
@@ -297,7 +301,7 @@ def explicit_factory(
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     result = func(*args, **kwargs)
-    return result if marked_as is None else mark(result, marked_as)
+    return result if marked_as is None else mark_fresh(result, marked_as)
 
 
 def _rewrite_to_args(

@@ -36,7 +36,7 @@ import torch
 
 from torchdevice.policy import Standing
 
-__all__ = ["device_object", "mark", "moved", "requested", "standing"]
+__all__ = ["device_object", "mark", "mark_fresh", "moved", "requested", "standing"]
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
 #: not what their real device is.
@@ -97,6 +97,18 @@ def standing(tensor: torch.Tensor) -> Standing:
     except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
         marked = None
     return marked if marked is not None else _real(tensor.device)
+
+
+def mark_fresh(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
+    """Mark a factory's result, known to need it and made outside dynamo; returns it.
+
+    The factory path's cost of this rule: building the storage's Python object and one
+    attribute (about a microsecond), paid only where a request lands on a real device
+    other than the one it stands for.
+    """
+    with contextlib.suppress(RuntimeError, NotImplementedError):  # no plain storage
+        setattr(tensor.untyped_storage(), _MARK, stands_for)
+    return tensor
 
 
 def mark(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
