@@ -33,7 +33,15 @@ from torchdevice.host import Host
 from torchdevice.policy import Decision, Standing, stands_for
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import device_object, mark, mark_fresh, moved, requested, standing
+from torchdevice.transfers import (
+    device_object,
+    mark,
+    mark_fresh,
+    moved,
+    needs_mark,
+    requested,
+    standing,
+)
 
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
@@ -68,19 +76,15 @@ def _apply(
 ) -> tuple[torch.device, Standing | None]:
     """The hot path of a redirected factory: resolve (one lookup), count, return.
 
-    Also says what to mark the result as (:mod:`torchdevice.transfers`) when it lands on
-    a real device other than the one the request stands for; ``None`` when it does not
-    (and while dynamo traces: marks are for eager tensors).
+    Returns the device and what the request stands for (:mod:`torchdevice.transfers`);
+    ``None`` for that while dynamo traces: marks are for eager tensors.
     """
     decision, device, kind = rt.resolve(request)
     if _is_compiling():
         return device, None
     if kind is not None:
         rt.count(decision, func, kind, 3)  # count <- _apply <- handler <- mode <- caller
-    wanted = requested(request, stands_for(decision.requested))
-    if wanted is None or wanted == ("host" if device.type == "cpu" else "device"):
-        return device, None
-    return device, wanted
+    return device, requested(request, stands_for(decision.requested))
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
@@ -148,17 +152,16 @@ def factory(
         # Natively a host tensor; here on the accelerator: it stands for the host.
         result = func(*args, **kwargs)
         return result if _is_compiling() else mark_fresh(result, "host")
-    device, marked_as = _apply(rt, request, func)
+    device, wanted = _apply(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     if func in _DATA_FACTORIES and args:
-        wanted = requested(request, stands_for(rt.decide(request).requested))
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
-    return result if marked_as is None else mark_fresh(result, marked_as)
+    return mark_fresh(result, wanted) if wanted and needs_mark(device, wanted) else result
 
 
 def _from_data(
@@ -294,14 +297,14 @@ def explicit_factory(
     request = kwargs.get("device")
     if request is None:
         return func(*args, **kwargs)
-    device, marked_as = _apply(rt, request, func)
+    device, wanted = _apply(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     result = func(*args, **kwargs)
-    return result if marked_as is None else mark_fresh(result, marked_as)
+    return mark_fresh(result, wanted) if wanted and needs_mark(device, wanted) else result
 
 
 def _rewrite_to_args(
