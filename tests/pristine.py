@@ -13,7 +13,7 @@ import torch
 from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
-from torchdevice import amp, mps_facade
+from torchdevice.facade import amp, mps
 from torchdevice.mode import DeviceMode
 
 REAL_CUDA = sys.modules["torch.cuda"]
@@ -41,7 +41,7 @@ def torch_is_pristine() -> list[str]:
         problems.append("torch.get_device_module is wrapped")
     if torch.autocast is not REAL_AUTOCAST or amp.installed():
         problems.append("autocast is rewritten")
-    if mps_facade.installed():
+    if mps.installed():
         problems.append("the torch.mps facade is installed")
     if torch.Generator is not REAL_GENERATOR:
         problems.append("torch.Generator is replaced")

@@ -274,7 +274,7 @@ def test_importing_the_package_and_plugin_does_not_import_torch():
         if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
     }
     code = (
-        "import sys, torchdevice, torchdevice.pytest_plugin; "
+        "import sys, torchdevice, torchdevice.tools.pytest_plugin; "
         "print('torch' in sys.modules, callable(torchdevice.report))"
     )
     out = subprocess.run(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchdevice import cli
-from torchdevice.compare import (
+from torchdevice.tools import cli
+from torchdevice.tools.compare import (
     RunResult,
     TestResult,
     _split,
@@ -18,7 +18,7 @@ from torchdevice.compare import (
     read_results,
     render_markdown,
 )
-from torchdevice.compare_plugin import ENV_VAR, first_line
+from torchdevice.tools.compare_plugin import ENV_VAR, first_line
 
 pytest_plugins = ("pytester",)
 
@@ -144,7 +144,7 @@ def test_reporting_plugin_folds_every_kind_of_outcome(
     log = pytester.path / "results.jsonl"
     monkeypatch.setenv(ENV_VAR, str(log))
     result = pytester.runpytest(
-        "-p", "torchdevice.compare_plugin", "--continue-on-collection-errors"
+        "-p", "torchdevice.tools.compare_plugin", "--continue-on-collection-errors"
     )
     assert result.ret == 1
     records = [json.loads(line) for line in log.read_text().splitlines()]

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import Host, UnsupportedFeatureError, amp, facade, mps_facade
-from torchdevice.cuda_properties import DeviceProperties
+from torchdevice import Host, UnsupportedFeatureError, facade
+from torchdevice.facade import amp, mps
+from torchdevice.facade.properties import DeviceProperties
 from torchdevice.host import cpu_name
 
 REAL_CUDA = sys.modules["torch.cuda"]
@@ -46,7 +47,7 @@ def test_enable_installs_and_disable_restores_every_object_exactly():
     before = facade_state()
     torchdevice.enable()
     assert facade.installed()
-    assert mps_facade.installed()
+    assert mps.installed()
     assert amp.installed()
     assert sys.modules["torch.cuda"] is torch.cuda is not REAL_CUDA
     assert sys.modules["torch.mps"] is torch.mps is not REAL_MPS
@@ -60,7 +61,7 @@ def test_enable_installs_and_disable_restores_every_object_exactly():
     changed = [key for key in before if before[key] is not after[key]]
     assert changed == []
     assert not (facade.installed())
-    assert not (mps_facade.installed())
+    assert not (mps.installed())
     assert not (amp.installed())
 
 
@@ -365,7 +366,7 @@ def test_cuda_host_keeps_the_real_torch_cuda_and_gets_the_mps_facade():
     torchdevice.enable(host=Host.cuda(2))
     assert torch.cuda is REAL_CUDA
     assert not facade.installed()
-    assert mps_facade.installed()
+    assert mps.installed()
     assert torch.backends.mps.is_available()
     assert torch.backends.mps.is_built()
 
@@ -373,7 +374,7 @@ def test_cuda_host_keeps_the_real_torch_cuda_and_gets_the_mps_facade():
 def test_mps_host_gets_the_cuda_facade_and_keeps_the_real_torch_mps():
     torchdevice.enable(host=Host.mps("Apple M2"))
     assert facade.installed()
-    assert not mps_facade.installed()
+    assert not mps.installed()
     assert torch.mps is REAL_MPS
     assert torch.backends.mps is REAL_BACKENDS_MPS
     assert torch.cuda.get_device_name(0) == "Apple M2"
@@ -383,10 +384,10 @@ def test_switching_hosts_inside_redirect_swaps_facades():
     torchdevice.enable()
     with torchdevice.redirect(host=Host.cuda(1)):
         assert torch.cuda is REAL_CUDA
-        assert mps_facade.installed()
+        assert mps.installed()
     assert facade.installed()
-    assert mps_facade.installed()
+    assert mps.installed()
     with torchdevice.redirect(host=Host.mps()):
         assert facade.installed()
         assert torch.mps is REAL_MPS
-    assert mps_facade.installed()
+    assert mps.installed()

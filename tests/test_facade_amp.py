@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import torchdevice
-from torchdevice import Host, amp
+from torchdevice import Host
+from torchdevice.facade import amp
 
 CPU = torch.device("cpu")
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import facade, mps_facade
+from torchdevice import facade
+from torchdevice.facade import mps
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,7 +42,7 @@ def test_cuda_code_on_a_cuda_host_uses_the_real_torch_cuda():
 
 def test_mps_first_code_runs_on_the_cuda_gpu():
     torchdevice.enable()
-    assert mps_facade.installed()
+    assert mps.installed()
     assert torch.backends.mps.is_available()
     assert torch.backends.mps.is_built()
     device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
@@ -78,7 +79,7 @@ def test_mps_first_code_runs_on_the_cuda_gpu():
     with torch.mps.profiler.profile():
         pass
     torchdevice.disable()
-    assert not mps_facade.installed()
+    assert not mps.installed()
     assert torch.backends.mps.is_available() is False
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice.real_device import _mallinfo2
+from torchdevice.facade.real_device import _mallinfo2
 
 MIB = 2**20
 SIZE = 64 * MIB

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import Host, UnsupportedFeatureError, real_device
+from torchdevice import Host, UnsupportedFeatureError
+from torchdevice.facade import real_device
 
 REAL_MPS = sys.modules["torch.mps"]
 CPU = torch.device("cpu")

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from torchdevice.pytest_plugin import merge_reports
+from torchdevice.tools.pytest_plugin import merge_reports
 
 pytest_plugins = ("pytester",)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from torchdevice.cli import main
+from torchdevice.tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="python -m torchdevice"))

@@ -145,7 +145,7 @@ def forced_host(kind: HostKind) -> Host:
 def _real_module(name: str) -> ModuleType:
     """The torch module ``name`` as torch made it, even while a facade stands in for it.
 
-    A facade module (``torchdevice.facade_module.FacadeModule``) keeps the module it
+    A facade module (``torchdevice.facade.modules.FacadeModule``) keeps the module it
     stands for as ``__torchdevice_real__``.
     """
     module = sys.modules[name]

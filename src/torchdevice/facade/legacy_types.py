@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchdevice import real_device
+from torchdevice.facade import real_device
 
 __all__ = ["LEGACY_DTYPES", "LegacyTensorType", "legacy_types"]
 

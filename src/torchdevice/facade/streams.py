@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from torchdevice import cuda_memory, real_device
 from torchdevice.errors import UnsupportedFeatureError
+from torchdevice.facade import memory, real_device
 
 __all__ = [
     "Event",
@@ -44,7 +44,7 @@ def synchronize(device: Any = None) -> None:
     _check_device(device)
     real = real_device.current()
     real.synchronize()
-    cuda_memory.tracker(real).sample()
+    memory.tracker(real).sample()
 
 
 class Event:
@@ -83,7 +83,7 @@ class Event:
         if self._native is not None:
             self._native.record()
         self._recorded_ns = time.perf_counter_ns()
-        cuda_memory.tracker(self._real).sample()
+        memory.tracker(self._real).sample()
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make later work wait for this event (a CPU's later work always does)."""

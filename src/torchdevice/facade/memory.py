@@ -1,6 +1,6 @@
 """``torch.cuda`` memory statistics answered by the device tensors really live on.
 
-Current values come from the real allocator (:mod:`torchdevice.real_device`): Metal's on
+Current values come from the real allocator (:mod:`torchdevice.facade.real_device`): Metal's on
 MPS hosts, the C heap's (glibc ``mallinfo2``) on CPU-only hosts, so a 64 MiB tensor shows
 as 64 MiB more allocated and goes away when it is freed. Nothing is counted per op.
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchdevice import real_device
-from torchdevice.real_device import RealDevice
+from torchdevice.facade import real_device
+from torchdevice.facade.real_device import RealDevice
 
 __all__ = [
     "MemoryTracker",

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from torchdevice import real_device
-from torchdevice.cuda_properties import DeviceProperties, properties_of
 from torchdevice.errors import UnsupportedFeatureError
+from torchdevice.facade import real_device
+from torchdevice.facade.properties import DeviceProperties, properties_of
 
 __all__ = [
     "device",
@@ -165,13 +165,13 @@ def get_device_name(device: Any = None) -> str:
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
-    """The real device's properties under CUDA's field names (see cuda_properties)."""
+    """The real device's properties under CUDA's field names (see facade.properties)."""
     _checked(device)
     return properties_of(real_device.current(), get_device_name())
 
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:
-    """``(0, 0)``: the real device has no CUDA compute capability (see cuda_properties)."""
+    """``(0, 0)``: the real device has no CUDA compute capability (see facade.properties)."""
     props = get_device_properties(device)
     return props.major, props.minor
 

@@ -52,7 +52,11 @@ def _emit_report(report_path: Path | None, stream: TextIO) -> None:
         print(report.to_text(), file=stream)
 
 
-_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, runpy.__file__)
+#: torchdevice's own files (the whole package, not only this module's folder) and runpy's.
+_OWN_FILES = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    runpy.__file__,
+)
 
 
 def _script_traceback(tb: TracebackType | None) -> TracebackType | None:

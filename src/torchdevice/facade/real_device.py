@@ -187,7 +187,7 @@ class CpuDevice(RealDevice):
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
     def new_native_event(self, enable_timing: bool) -> None:
-        """The CPU has no event objects: the host clock times it (see cuda_streams)."""
+        """The CPU has no event objects: the host clock times it (see facade.streams)."""
         return None
 
 

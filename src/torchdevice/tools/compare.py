@@ -6,7 +6,7 @@
 
 Runs ``python -m pytest PYTEST ARGS`` twice, one after the other, in child processes: once
 natively (``ACTIVATE_TORCH_DEVICE``/``TORCH_ALLOW_REDIRECTS`` removed from the environment),
-once with ``--torchdevice``. Both load :mod:`torchdevice.compare_plugin`, which writes one
+once with ``--torchdevice``. Both load :mod:`torchdevice.tools.compare_plugin`, which writes one
 JSON line per finished test; the parent reads those lines while the child runs (the
 progress display) and afterwards (the results). ``--continue-on-collection-errors`` is
 added so that a module failing to import in one run does not stop that run.
@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from torchdevice.compare_plugin import ENV_VAR
+from torchdevice.tools.compare_plugin import ENV_VAR
 
 __all__ = [
     "Comparison",
@@ -382,11 +382,11 @@ def run_pytest(
         "-m",
         "pytest",
         "-p",
-        "torchdevice.compare_plugin",
+        "torchdevice.tools.compare_plugin",
         "--continue-on-collection-errors",
     ]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        command += ["-p", "torchdevice.pytest_plugin"]  # otherwise the entry point loads it
+        command += ["-p", "torchdevice.tools.pytest_plugin"]  # otherwise the entry point loads it
     if redirected:
         command += ["--torchdevice", f"--torchdevice-report={output / 'migration-report.json'}"]
     command += list(pytest_args)

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from torchdevice import cuda_device, cuda_memory, cuda_only, facade_module, real_device
-from torchdevice.cuda_streams import Event as _Event
-from torchdevice.facade_module import FacadeModule, Placement
+from torchdevice.facade import device_only, devices, memory, modules, real_device
+from torchdevice.facade.modules import FacadeModule, Placement
+from torchdevice.facade.streams import Event as _Event
 
 __all__ = ["Event", "install", "installed", "uninstall"]
 
@@ -30,21 +30,21 @@ REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
 def is_available() -> bool:
     """True while redirecting (``cuda_available``): "mps" requests land on a real device.
 
-    Torch's inductor gets the real answer (see :func:`cuda_device.asked_by_compiler`).
+    Torch's inductor gets the real answer (see :func:`devices.asked_by_compiler`).
     """
-    if cuda_device.asked_by_compiler():
+    if devices.asked_by_compiler():
         return bool(REAL_MPS.is_available())
-    return cuda_device.advertised()
+    return devices.advertised()
 
 
 def is_built() -> bool:
     """As :func:`is_available`: MPS-first code checks both before using "mps"."""
-    return cuda_device.advertised()
+    return devices.advertised()
 
 
 def device_count() -> int:
     """One device, as on an Apple GPU (0 when the facade hides it)."""
-    return 1 if cuda_device.advertised() else 0
+    return 1 if devices.advertised() else 0
 
 
 def get_name() -> str:
@@ -61,7 +61,7 @@ def synchronize() -> None:
     """Wait for all work on the real device."""
     real = real_device.current()
     real.synchronize()
-    cuda_memory.tracker(real).sample()
+    memory.tracker(real).sample()
 
 
 def _generator() -> torch.Generator:
@@ -95,24 +95,24 @@ def seed() -> None:
 
 def empty_cache() -> None:
     """Release cached memory on the real device."""
-    cuda_memory.empty_cache()
+    memory.empty_cache()
 
 
 def set_per_process_memory_fraction(fraction: float) -> None:
     """Cap the process's share of memory (enforced on CUDA, recorded on a CPU)."""
     if real_device.current().type == "cuda":
         real_device.REAL_CUDA.set_per_process_memory_fraction(float(fraction))
-    cuda_memory.set_per_process_memory_fraction(fraction)
+    memory.set_per_process_memory_fraction(fraction)
 
 
 def current_allocated_memory() -> int:
     """Bytes allocated for tensors on the real device now."""
-    return cuda_memory.tracker().sample()[0]
+    return memory.tracker().sample()[0]
 
 
 def driver_allocated_memory() -> int:
     """Bytes the real device's allocator holds from the system."""
-    return cuda_memory.tracker().sample()[1]
+    return memory.tracker().sample()[1]
 
 
 def recommended_max_memory() -> int:
@@ -165,7 +165,7 @@ def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
             "profile": profile,
             "is_metal_capture_enabled": is_metal_capture_enabled,
             "is_capturing_metal": is_capturing_metal,
-            "metal_capture": cuda_only.unsupported("torch.mps.profiler.metal_capture"),
+            "metal_capture": device_only.unsupported("torch.mps.profiler.metal_capture"),
         },
     )
     names = (
@@ -179,8 +179,8 @@ def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
         Event=Event,
         event=event,
         profiler=profiler,
-        compile_shader=cuda_only.unsupported("torch.mps.compile_shader"),
-        load_metallib=cuda_only.unsupported("torch.mps.load_metallib"),
+        compile_shader=device_only.unsupported("torch.mps.compile_shader"),
+        load_metallib=device_only.unsupported("torch.mps.load_metallib"),
     )
     mps = FacadeModule("torch.mps", REAL_MPS, namespace)
     backends = FacadeModule(
@@ -228,5 +228,5 @@ def facade_objects() -> dict[int, Any]:
     """``id(facade object) -> real object`` for the modules now in place."""
     mapping: dict[int, Any] = {}
     for module in _modules:
-        mapping.update(facade_module.facade_objects(module))
+        mapping.update(modules.facade_objects(module))
     return mapping

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import psutil
 
-from torchdevice.real_device import RealDevice, l2_cache_bytes
+from torchdevice.facade.real_device import RealDevice, l2_cache_bytes
 
 __all__ = ["DeviceProperties", "properties_of"]
 

@@ -1,6 +1,6 @@
 """The reporting plugin ``torchdevice compare`` loads into the pytest runs it starts.
 
-``torchdevice compare`` runs ``python -m pytest -p torchdevice.compare_plugin ...`` with
+``torchdevice compare`` runs ``python -m pytest -p torchdevice.tools.compare_plugin ...`` with
 ``TORCHDEVICE_COMPARE_LOG=PATH``; this plugin appends one JSON object per line to ``PATH``
 as the run goes, which is both the per-test result and the progress feed (the parent reads
 the file while the child runs, so it needs nothing from the child's terminal output, whose

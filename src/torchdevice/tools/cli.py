@@ -54,8 +54,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _run(argv: Sequence[str], prog: str) -> int:
-    from torchdevice import launcher  # noqa: PLC0415 - keeps `torchdevice info` light
     from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
+    from torchdevice.tools import launcher  # noqa: PLC0415 - keeps `torchdevice info` light
 
     parser = _run_parser(prog)
     ns, rest = _split(parser, list(argv))
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
     if args[:1] == ["run"]:
         return _run(args[1:], f"{prog} run")
     if args[:1] == ["compare"]:
-        from torchdevice import compare  # noqa: PLC0415 - only this subcommand needs it
+        from torchdevice.tools import compare  # noqa: PLC0415 - only this subcommand needs it
 
         return compare.main(args[1:], f"{prog} compare")
     if args[:1] in (["-h"], ["--help"]):

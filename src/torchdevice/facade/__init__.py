@@ -1,25 +1,38 @@
-"""The ``torch.cuda`` facade: CUDA-first code asks CUDA questions, the real device answers.
+"""The facades: CUDA-first code asks ``torch.cuda``, MPS-first code ``torch.mps``; the real
+device answers.
 
-Installed as ``sys.modules["torch.cuda"]`` and ``torch.cuda`` on hosts without CUDA, and put
-back exactly on disable. Its contents come from small modules, each named after what it
-holds: :mod:`~torchdevice.cuda_device` (availability, device selection, properties, RNG),
-:mod:`~torchdevice.cuda_memory`, :mod:`~torchdevice.cuda_streams` (streams, events,
-``synchronize``), :mod:`~torchdevice.legacy_types` (``torch.cuda.FloatTensor``...),
-:mod:`~torchdevice.cuda_nvtx` and :mod:`~torchdevice.cuda_only` (CUDA graphs, IPC, NCCL...:
-clear errors). Every other name is looked up on the real module.
+The ``torch.cuda`` facade is installed as ``sys.modules["torch.cuda"]`` and ``torch.cuda``
+on hosts without CUDA, and put back exactly on disable. This package holds it and what it
+is made of, one small module per kind of answer (most of them serve ``torch.mps`` too):
+
+* :mod:`~torchdevice.facade.devices`: availability, device selection, properties, RNG;
+* :mod:`~torchdevice.facade.properties`: the real device's properties under CUDA's names;
+* :mod:`~torchdevice.facade.memory` and :mod:`~torchdevice.facade.streams` (streams,
+  events, ``synchronize``);
+* :mod:`~torchdevice.facade.legacy_types` (``torch.cuda.FloatTensor``...) and
+  :mod:`~torchdevice.facade.nvtx`;
+* :mod:`~torchdevice.facade.device_only`: features one device alone has (CUDA graphs,
+  IPC, NCCL, Metal captures...), each a clear error;
+* :mod:`~torchdevice.facade.amp`: autocast and GradScaler on the real device type;
+* :mod:`~torchdevice.facade.mps`: the ``torch.mps`` facade, the other direction;
+* :mod:`~torchdevice.facade.real_device`: the device that answers;
+* :mod:`~torchdevice.facade.modules`: module objects that stand in for torch's, and
+  putting them in place exactly.
+
+Every other name is looked up on the real module.
 
 Submodules import through it: ``torch.cuda.random``, ``.memory``, ``.streams``, ``.nvtx``,
 ``.graphs``, ``.jiterator``, ``.nccl``, ``.comm``, ``.profiler`` are facades too, swapped
 into ``sys.modules`` alongside; ``torch.cuda.amp`` is the real package, whose autocast and
-GradScaler :mod:`~torchdevice.amp` rewrites to the real device type.
+GradScaler :mod:`~torchdevice.facade.amp` rewrites to the real device type.
 
 :func:`install` also puts the ``torch.mps`` facade in place on hosts without MPS
-(:mod:`~torchdevice.mps_facade`) and the amp rewrite on every host. On a CUDA host the real
+(:mod:`~torchdevice.facade.mps`) and the amp rewrite on every host. On a CUDA host the real
 ``torch.cuda`` stays: CUDA code needs no facade there.
 
 Disabling clears ``torch.get_device_module``'s cache (it caches ``torch.cuda``) and repairs
 torch modules first imported while the facade was in place (see
-:func:`~torchdevice.facade_module.rebind_imported`), so a ``torch.compile`` that first ran
+:func:`~torchdevice.facade.modules.rebind_imported`), so a ``torch.compile`` that first ran
 while redirecting still compiles natively afterwards.
 """
 
@@ -33,19 +46,19 @@ from typing import Any
 
 import torch
 
-from torchdevice import (
+from torchdevice.facade import (
     amp,
-    cuda_device,
-    cuda_memory,
-    cuda_nvtx,
-    cuda_only,
-    cuda_streams,
-    facade_module,
+    device_only,
+    devices,
     legacy_types,
-    mps_facade,
+    memory,
+    modules,
+    mps,
+    nvtx,
     real_device,
+    streams,
 )
-from torchdevice.facade_module import FacadeModule, Placement
+from torchdevice.facade.modules import FacadeModule, Placement
 from torchdevice.runtime import Runtime
 
 __all__ = ["build_cuda_facade", "install", "installed", "uninstall"]
@@ -64,8 +77,8 @@ _RNG_NAMES = (
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
     "set_rng_state", "get_rng_state_all", "set_rng_state_all",
 )  # fmt: skip
-_MEMORY_NAMES = tuple(n for n in cuda_memory.__all__ if n not in ("MemoryTracker", "tracker"))
-_STREAM_NAMES = tuple(cuda_streams.__all__)
+_MEMORY_NAMES = tuple(n for n in memory.__all__ if n not in ("MemoryTracker", "tracker"))
+_STREAM_NAMES = tuple(streams.__all__)
 _NVTX_NAMES = ("mark", "range", "range_end", "range_pop", "range_push", "range_start")
 _ALLOCATOR_NAMES = (
     "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
@@ -81,29 +94,29 @@ def _unsupported_everywhere(prefix: str) -> Callable[[str], Any]:
     """For modules that are CUDA-only as a whole: every public name raises when called."""
 
     def fallback(name: str) -> Any:
-        return cuda_only.unsupported(f"{prefix}.{name}", prefix)
+        return device_only.unsupported(f"{prefix}.{name}", prefix)
 
     return fallback
 
 
 def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
     """The ``torch.cuda`` facade and its submodule facades (keyed by full name)."""
-    rng = _pick(cuda_device, _RNG_NAMES)
-    default_generators = {"default_generators": cuda_device.default_generators}
-    allocator: dict[str, Any] = {name: cuda_only.unsupported(f"torch.cuda.{name}")
+    rng = _pick(devices, _RNG_NAMES)
+    default_generators = {"default_generators": devices.default_generators}
+    allocator: dict[str, Any] = {name: device_only.unsupported(f"torch.cuda.{name}")
                                  for name in _ALLOCATOR_NAMES}  # fmt: skip
     allocator.update(
-        CUDAPluggableAllocator=cuda_only.CUDAPluggableAllocator, MemPool=cuda_only.MemPool
+        CUDAPluggableAllocator=device_only.CUDAPluggableAllocator, MemPool=device_only.MemPool
     )
     graphs = {
-        "CUDAGraph": cuda_only.CUDAGraph,
-        "graph": cuda_only.graph,
-        "make_graphed_callables": cuda_only.unsupported("torch.cuda.make_graphed_callables"),
-        "graph_pool_handle": cuda_only.unsupported("torch.cuda.graph_pool_handle"),
-        "is_current_stream_capturing": cuda_device.is_current_stream_capturing,
+        "CUDAGraph": device_only.CUDAGraph,
+        "graph": device_only.graph,
+        "make_graphed_callables": device_only.unsupported("torch.cuda.make_graphed_callables"),
+        "graph_pool_handle": device_only.unsupported("torch.cuda.graph_pool_handle"),
+        "is_current_stream_capturing": devices.is_current_stream_capturing,
     }
     memory_private = {
-        name: cuda_only.unsupported(f"torch.cuda.memory.{name}")
+        name: device_only.unsupported(f"torch.cuda.memory.{name}")
         for name in ("_record_memory_history", "_snapshot", "_dump_snapshot")
     }
     real_sub = _REAL_CUDA.__dict__
@@ -112,36 +125,36 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
                                dynamic=default_generators),
         "memory": FacadeModule(
             "torch.cuda.memory", real_sub.get("memory"),
-            {**_pick(cuda_memory, _MEMORY_NAMES), **allocator, **memory_private},
+            {**_pick(memory, _MEMORY_NAMES), **allocator, **memory_private},
         ),
         "streams": FacadeModule("torch.cuda.streams", real_sub.get("streams"),
-                                _pick(cuda_streams, ("Stream", "Event", "ExternalStream"))),
+                                _pick(streams, ("Stream", "Event", "ExternalStream"))),
         "nvtx": FacadeModule("torch.cuda.nvtx", real_sub.get("nvtx"),
-                             _pick(cuda_nvtx, _NVTX_NAMES)),
+                             _pick(nvtx, _NVTX_NAMES)),
         "profiler": FacadeModule("torch.cuda.profiler", real_sub.get("profiler"),
-                                 _pick(cuda_nvtx, ("start", "stop", "profile"))),
+                                 _pick(nvtx, ("start", "stop", "profile"))),
         "graphs": FacadeModule("torch.cuda.graphs", real_sub.get("graphs"), graphs),
         "jiterator": FacadeModule("torch.cuda.jiterator", real_sub.get("jiterator"), {
-            name: cuda_only.unsupported(f"torch.cuda.jiterator.{name}")
+            name: device_only.unsupported(f"torch.cuda.jiterator.{name}")
             for name in ("_create_jit_fn", "_create_multi_output_jit_fn")
         }),
         "nccl": FacadeModule("torch.cuda.nccl", None,
-                             {"is_available": cuda_only.nccl_is_available},
+                             {"is_available": device_only.nccl_is_available},
                              fallback=_unsupported_everywhere("torch.cuda.nccl")),
         "comm": FacadeModule("torch.cuda.comm", None, {},
                              fallback=_unsupported_everywhere("torch.cuda.comm")),
         "_utils": FacadeModule("torch.cuda._utils", real_sub.get("_utils"),
-                               {"_get_device_index": cuda_device._get_device_index}),
+                               {"_get_device_index": devices._get_device_index}),
     }  # fmt: skip
     namespace: dict[str, Any] = {}
-    namespace.update(_pick(cuda_device, _DEVICE_NAMES))
+    namespace.update(_pick(devices, _DEVICE_NAMES))
     namespace.update(rng)
-    namespace.update(_pick(cuda_memory, _MEMORY_NAMES))
-    namespace.update(_pick(cuda_streams, _STREAM_NAMES))
+    namespace.update(_pick(memory, _MEMORY_NAMES))
+    namespace.update(_pick(streams, _STREAM_NAMES))
     namespace.update(legacy_types.legacy_types())
     namespace.update(allocator)
     namespace.update(graphs)
-    namespace["cudart"] = cuda_only.unsupported("torch.cuda.cudart")
+    namespace["cudart"] = device_only.unsupported("torch.cuda.cudart")
     namespace.update(subs)
     cuda = FacadeModule("torch.cuda", _REAL_CUDA, namespace, dynamic=default_generators)
     return cuda, {f"torch.cuda.{name}": module for name, module in subs.items()}
@@ -193,8 +206,8 @@ def _uninstall_cuda() -> None:
 def _facade_objects() -> dict[int, Any]:
     mapping: dict[int, Any] = {}
     for module in _cuda_modules:
-        mapping.update(facade_module.facade_objects(module))
-    mapping.update(mps_facade.facade_objects())
+        mapping.update(modules.facade_objects(module))
+    mapping.update(mps.facade_objects())
     mapping[id(get_device_module)] = _ORIGINAL_GET_DEVICE_MODULE
     return mapping
 
@@ -218,9 +231,9 @@ def install(get_runtime: Callable[[], Runtime | None]) -> None:
     else:
         _install_cuda()
     if kind == "mps":
-        mps_facade.uninstall()
+        mps.uninstall()
     else:
-        mps_facade.install()
+        mps.install()
     _clear_device_module_cache()
 
 
@@ -250,7 +263,7 @@ def uninstall() -> None:
     global _modules_before
     mapping = _facade_objects()
     _uninstall_cuda()
-    mps_facade.uninstall()
+    mps.uninstall()
     amp.uninstall()
     real_device.unbind()
     _clear_device_module_cache()
@@ -259,7 +272,7 @@ def uninstall() -> None:
                     if name == "torch" or name.startswith("torch.")]  # fmt: skip
         _modules_before = None
         if mapping and imported:
-            facade_module.rebind_imported(sorted(imported), mapping)
+            modules.rebind_imported(sorted(imported), mapping)
             _adopt_submodules()
     trace_rules = sys.modules.get("torch._dynamo.trace_rules")
     clear = getattr(trace_rules, "clear_lru_cache", None)
