@@ -166,12 +166,11 @@ def test_factory_builders_name_only_factories():
     assert set(BUILDERS) == set(FACTORIES), "a builder for a function that is no factory"
 
 
-def test_table_covers_torchs_own_constructor_list():
+def test_ops_that_take_no_device_stay_off_the_table():
+    """The fast path: a call missing from the table is one dict miss."""
     table = build_table(Host.cpu())
-    assert len(_device_constructors()) >= 36
-    assert set(_device_constructors()) <= set(table)
-    assert torch.add not in table
-    assert torch.nn.functional.linear not in table
+    for op in (torch.add, torch.nn.functional.linear, torch.matmul, torch.Tensor.add_):
+        assert op not in table
 
 
 _NAMESPACES = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.fft": torch.fft,

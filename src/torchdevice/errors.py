@@ -17,11 +17,16 @@ __all__ = [
 ]
 
 
-class TorchDeviceError(RuntimeError):
-    """Base class of every error torchdevice raises on purpose."""
+class TorchDeviceError(Exception):
+    """Base class of every error torchdevice raises on purpose.
+
+    Each concrete error also derives from the builtin PyTorch raises for the same mistake
+    (``RuntimeError``, ``TypeError``, ``ValueError``), so ``except TorchDeviceError`` finds
+    torchdevice's errors and code written for torch's builtins keeps catching them.
+    """
 
 
-class DeviceRequestError(TorchDeviceError):
+class DeviceRequestError(TorchDeviceError, RuntimeError):
     """A device request torch would reject too (malformed string, index past the count).
 
     ``request`` holds the request exactly as the caller passed it.
@@ -32,7 +37,7 @@ class DeviceRequestError(TorchDeviceError):
         self.request = request
 
 
-class DeviceRequestTypeError(TypeError):
+class DeviceRequestTypeError(TorchDeviceError, TypeError):
     """A device request of a type torch does not accept as a device (a float, a list...)."""
 
     def __init__(self, message: str, request: object) -> None:
@@ -40,7 +45,7 @@ class DeviceRequestTypeError(TypeError):
         self.request = request
 
 
-class UnsupportedFeatureError(TorchDeviceError):
+class UnsupportedFeatureError(TorchDeviceError, RuntimeError):
     """A CUDA-only feature that cannot run on the device the host really has.
 
     Raised instead of a stub returning made-up values: ``feature`` names it, and the
@@ -55,7 +60,7 @@ class UnsupportedFeatureError(TorchDeviceError):
         self.feature = feature
 
 
-class SettingsError(ValueError):
+class SettingsError(TorchDeviceError, ValueError):
     """An option or environment variable has a value torchdevice cannot use.
 
     The message names where the value came from (an argument or an environment variable).

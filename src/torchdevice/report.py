@@ -199,11 +199,6 @@ class Recorder:
             self._counts.clear()
             self._reasons.clear()
 
-    def counts(self) -> Mapping[_Key, int]:
-        """A snapshot of the raw counts."""
-        with self._lock:
-            return dict(self._counts)
-
     def report(self, host: str) -> MigrationReport:
         """The migration report so far, most frequent call sites first."""
         with self._lock:

@@ -55,16 +55,6 @@ def advertised() -> bool:
     return bool(getattr(real_device.runtime().settings, "cuda_available", True))
 
 
-def _checked(device: Any) -> int:
-    """The index a ``device=`` argument names on the single target: always 0.
-
-    Raises as torch would for what the policy rejects (malformed strings, negatives).
-    """
-    if device is not None and not (isinstance(device, int) and device < 0):
-        real_device.runtime().decide(device)
-    return 0
-
-
 def asked_by_compiler(depth: int = 2) -> bool:
     """Whether the caller ``depth`` frames up is torch's code generator (inductor).
 
@@ -113,17 +103,17 @@ def current_device() -> int:
 
 def set_device(device: Any) -> None:
     """Accept any index the policy accepts; there is one device, so nothing changes."""
-    _checked(device)
+    real_device.checked(device)
 
 
 def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False) -> int:
     """torch's helper: the index of ``device`` on the single target, 0."""
-    return _checked(device)
+    return real_device.checked(device)
 
 
 def _exchange_device(device: int) -> int:
     """Select ``device`` and return the previous index (both 0)."""
-    _checked(device)
+    real_device.checked(device)
     return 0
 
 
@@ -136,7 +126,7 @@ class device:
     """``with torch.cuda.device(i):`` selects device ``i`` for the block (one device: 0)."""
 
     def __init__(self, device: Any) -> None:
-        self.idx = _checked(device)
+        self.idx = real_device.checked(device)
         self.prev_idx = -1
 
     def __enter__(self) -> None:
@@ -160,13 +150,13 @@ class device_of(device):
 
 def get_device_name(device: Any = None) -> str:
     """The real name of the device CUDA requests land on."""
-    _checked(device)
+    real_device.checked(device)
     return real_device.runtime().host.device_name(0)
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
     """The real device's properties under CUDA's field names (see facade.properties)."""
-    _checked(device)
+    real_device.checked(device)
     return properties_of(real_device.current(), get_device_name())
 
 
@@ -236,18 +226,19 @@ device_memory_used = _nvml_unsupported("device_memory_used")
 # -- RNG: the generator of the device CUDA tensors really land on --------------------------
 # Implemented on the generator object, never through torch.manual_seed, which itself
 # calls torch.cuda.manual_seed_all (it would recurse).
-def _generator() -> torch.Generator:
+def generator() -> torch.Generator:
+    """The generator of the device CUDA (or MPS) tensors really land on."""
     return real_device.current().generator()
 
 
 def default_generators() -> tuple[torch.Generator, ...]:
     """``torch.cuda.default_generators``: the real device's generator, one device."""
-    return (_generator(),)
+    return (generator(),)
 
 
 def manual_seed(seed: int) -> None:
     """Seed the real device's default generator."""
-    _generator().manual_seed(int(seed))
+    generator().manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
@@ -257,7 +248,7 @@ def manual_seed_all(seed: int) -> None:
 
 def seed() -> None:
     """Seed the real device's generator non-deterministically."""
-    _generator().seed()
+    generator().seed()
 
 
 def seed_all() -> None:
@@ -267,19 +258,19 @@ def seed_all() -> None:
 
 def initial_seed() -> int:
     """The real device generator's initial seed."""
-    return int(_generator().initial_seed())
+    return int(generator().initial_seed())
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
     """The real device generator's state (a CPU uint8 tensor, as CUDA's is)."""
-    _checked(device)
-    return _generator().get_state()
+    real_device.checked(device)
+    return generator().get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
     """Restore the real device generator's state."""
-    _checked(device)
-    _generator().set_state(new_state)
+    real_device.checked(device)
+    generator().set_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:

@@ -166,8 +166,7 @@ def tracker(device: RealDevice | None = None) -> MemoryTracker:
 
 def _tracker_for(device: Any) -> MemoryTracker:
     """Check a ``device=`` argument against the policy, then the current tracker."""
-    if device is not None:
-        real_device.runtime().decide(device)  # a malformed request raises as torch would
+    real_device.checked(device)
     return tracker()
 
 

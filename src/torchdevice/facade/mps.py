@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from torchdevice.facade import device_only, devices, memory, modules, real_device
+from torchdevice.facade import device_only, devices, memory, modules, real_device, streams
 from torchdevice.facade.modules import FacadeModule, Placement
 from torchdevice.facade.streams import Event as _Event
 
@@ -57,40 +57,37 @@ def get_core_count() -> int:
     return real_device.current().processor_count()
 
 
+# Synchronize and the RNG delegate to the torch.cuda facade's: one real device answers both.
+# They stay functions of their own: dynamo keeps one trace rule per function object, and
+# its rules for torch.cuda's and torch.mps's differ.
 def synchronize() -> None:
     """Wait for all work on the real device."""
-    real = real_device.current()
-    real.synchronize()
-    memory.tracker(real).sample()
-
-
-def _generator() -> torch.Generator:
-    return real_device.current().generator()
-
-
-def _get_default_mps_generator() -> torch.Generator:
-    """The generator "mps" tensors really draw from."""
-    return _generator()
+    streams.synchronize()
 
 
 def get_rng_state(device: Any = "mps") -> torch.Tensor:
     """The real device generator's state."""
-    return _generator().get_state()
+    return devices.get_rng_state(device)
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "mps") -> None:
     """Restore the real device generator's state."""
-    _generator().set_state(new_state)
+    devices.set_rng_state(new_state, device)
 
 
 def manual_seed(seed: int) -> None:
     """Seed the real device's generator (never through ``torch.manual_seed``: it calls us)."""
-    _generator().manual_seed(int(seed))
+    devices.manual_seed(seed)
 
 
 def seed() -> None:
     """Seed the real device's generator non-deterministically."""
-    _generator().seed()
+    devices.seed()
+
+
+def _get_default_mps_generator() -> torch.Generator:
+    """The generator "mps" tensors really draw from."""
+    return devices.generator()
 
 
 def empty_cache() -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "MpsDevice",
     "RealDevice",
     "bind",
+    "checked",
     "current",
     "runtime",
     "unbind",
@@ -346,9 +347,15 @@ def current() -> RealDevice:
     return _DEVICES["cpu" if accelerator is None else accelerator]
 
 
-def for_type(device_type: str) -> RealDevice:
-    """The device object for ``device_type`` (``"cpu"``, ``"mps"``, ``"cuda"``)."""
-    return _DEVICES[device_type]
+def checked(device: Any) -> int:
+    """The index a facade's ``device=`` argument names on the single target: always 0.
+
+    Raises as torch would for what the policy rejects (malformed strings, an index past
+    the count); a negative int is torch's "the current device".
+    """
+    if device is not None and not (isinstance(device, int) and device < 0):
+        runtime().decide(device)
+    return 0
 
 
 # -- the C heap (glibc) -------------------------------------------------------------------

@@ -33,15 +33,9 @@ __all__ = [
 ]
 
 
-def _check_device(device: Any) -> None:
-    """A ``device=`` argument must be one the policy accepts (malformed ones raise)."""
-    if device is not None:
-        real_device.runtime().decide(device)
-
-
 def synchronize(device: Any = None) -> None:
     """Wait for all work on the real device (``torch.mps.synchronize``; nothing on a CPU)."""
-    _check_device(device)
+    real_device.checked(device)
     real = real_device.current()
     real.synchronize()
     memory.tracker(real).sample()
@@ -139,7 +133,7 @@ class Stream(torch.Stream):
     """
 
     def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
-        _check_device(device)
+        real_device.checked(device)
         real = real_device.current()
         return super().__new__(cls, device=real.type, priority=priority)
 
@@ -218,7 +212,7 @@ _local = threading.local()
 
 def default_stream(device: Any = None) -> Stream:
     """The real device's default stream (one object per device type)."""
-    _check_device(device)
+    real_device.checked(device)
     kind = real_device.current().type
     found = _defaults.get(kind)
     if found is None:
@@ -230,7 +224,7 @@ def current_stream(device: Any = None) -> Stream:
     """The stream selected on this thread (``with torch.cuda.stream(s)``), else the default."""
     selected: Stream | None = getattr(_local, "stream", None)
     if selected is not None and selected.device.type == real_device.current().type:
-        _check_device(device)
+        real_device.checked(device)
         return selected
     return default_stream(device)
 

@@ -23,6 +23,7 @@ from torchdevice import __version__
 from torchdevice.errors import SettingsError
 from torchdevice.host import Host, probe_host
 from torchdevice.policy import decide
+from torchdevice.tools.options import split_leading
 
 __all__ = ["main"]
 
@@ -89,27 +90,13 @@ def _split(
     parser: argparse.ArgumentParser, argv: list[str]
 ) -> tuple[argparse.Namespace, list[str]]:
     """Parse our options up to the script (or ``-m MODULE``); the rest belongs to it."""
-    ours: list[str] = []
-    i = 0
-    takes_value = {"--report", "--log-level", "--host", "-m"}
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            i += 1
-            break
-        if arg in takes_value:
-            ours.extend(argv[i : i + 2])
-            i += 2
-            if arg == "-m":
-                break
-            continue
-        if arg.startswith("-") and arg not in ("-",):
-            ours.append(arg)
-            i += 1
-            continue
-        break
+    ours, rest = split_leading(
+        argv,
+        takes_value={"--report", "--log-level", "--host", "-m"},
+        is_flag=lambda arg: arg.startswith("-") and arg != "-",
+        last={"-m"},
+    )
     ns = parser.parse_args(ours)
-    rest = argv[i:]
     if ns.module is None:
         if not rest:
             parser.error("a SCRIPT or -m MODULE is required")

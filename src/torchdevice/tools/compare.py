@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from torchdevice.tools.compare_plugin import ENV_VAR
+from torchdevice.tools.options import split_leading
 
 __all__ = [
     "Comparison",
@@ -452,21 +453,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     """Our options come first; the first other argument (or ``--``) starts pytest's."""
-    ours: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return ours, argv[i + 1 :]
-        if arg == "--output":
-            ours += argv[i : i + 2]
-            i += 2
-        elif arg.startswith("--output=") or arg in ("--quiet", "-h", "--help"):
-            ours.append(arg)
-            i += 1
-        else:
-            break
-    return ours, argv[i:]
+    return split_leading(
+        argv,
+        takes_value={"--output"},
+        is_flag=lambda arg: arg.startswith("--output=") or arg in ("--quiet", "-h", "--help"),
+    )
 
 
 def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:

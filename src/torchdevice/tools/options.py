@@ -1,0 +1,43 @@
+"""Splitting a command line between torchdevice's options and the program it runs.
+
+``torchdevice run [OPTIONS] SCRIPT [ARGS...]`` and ``torchdevice compare [OPTIONS] [PYTEST
+ARGS...]`` both take their own options first; the first argument that is not one of them
+(or ``--``) starts the other program's, which argparse must never see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+__all__ = ["split_leading"]
+
+
+def split_leading(
+    argv: list[str],
+    takes_value: Collection[str],
+    is_flag: Callable[[str], bool],
+    last: Collection[str] = (),
+) -> tuple[list[str], list[str]]:
+    """``(ours, theirs)``: leading options of ours, then everything else.
+
+    ``takes_value`` options consume the next argument; ``is_flag`` says which other
+    arguments are ours; an option in ``last`` ends ours after its value (``-m MODULE``).
+    A ``--`` ends ours and is dropped.
+    """
+    ours: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return ours, argv[i + 1 :]
+        if arg in takes_value:
+            ours += argv[i : i + 2]
+            i += 2
+            if arg in last:
+                break
+        elif is_flag(arg):
+            ours.append(arg)
+            i += 1
+        else:
+            break
+    return ours, argv[i:]
