@@ -12,12 +12,12 @@ from torchdevice.tools import cli
 from torchdevice.tools.compare import (
     RunResult,
     TestResult,
-    _split,
     categorize,
     compare_runs,
     read_results,
     render_markdown,
 )
+from torchdevice.tools.compare.runner import _split
 from torchdevice.tools.compare_plugin import ENV_VAR, first_line
 
 pytest_plugins = ("pytester",)
