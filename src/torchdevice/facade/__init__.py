@@ -232,7 +232,7 @@ def _build_trace_rules_natively() -> None:
     """Let dynamo, if loaded, build its table of torch functions from the real modules.
 
     Dynamo builds that table (``torch.cuda.is_available`` -> "an op to put in the graph")
-    by name, once, at its import, and rebuilds it after :func:`uninstall` clears it. Built
+    by name, once, at its import, and rebuilds it after :func:`_repair` clears it. Built
     while the facade is in place, the table would take the facade's functions for torch
     ops, and those not in dynamo's constant-folding lists (built from the real module when
     dynamo was imported before) would land in the graph: ``torch.cuda.is_available()``
