@@ -56,6 +56,13 @@ def _facade() -> ModuleType:
     return facade
 
 
+def _amp() -> ModuleType:
+    """The autocast/GradScaler rewrite (a facade module: imported with the facade)."""
+    from torchdevice.facade import amp  # noqa: PLC0415 - keeps `import torchdevice` light
+
+    return amp
+
+
 def current_runtime() -> Runtime | None:
     """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
     return runtime_module.active()
@@ -89,6 +96,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         threads.install(_enter_current_thread, mode.remove_all)
         _enter_current_thread()
         patches.install()
+        _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
         return

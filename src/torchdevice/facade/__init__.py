@@ -27,7 +27,8 @@ into ``sys.modules`` alongside; ``torch.cuda.amp`` is the real package, whose au
 GradScaler :mod:`~torchdevice.facade.amp` rewrites to the real device type.
 
 :func:`install` also puts the ``torch.mps`` facade in place on hosts without MPS
-(:mod:`~torchdevice.facade.mps`) and the amp rewrite on every host. On a CUDA host the real
+(:mod:`~torchdevice.facade.mps`); activation installs the amp rewrite, on every host, on
+its own. On a CUDA host the real
 ``torch.cuda`` stays: CUDA code needs no facade there.
 
 Every change goes through the :mod:`~torchdevice.ledger`; ``disable()`` undoes them there.
@@ -49,7 +50,6 @@ import torch
 
 from torchdevice import ledger
 from torchdevice.facade import (
-    amp,
     device_only,
     devices,
     legacy_types,
@@ -206,8 +206,8 @@ def _install_cuda() -> None:
 def install() -> None:
     """Put every facade the current host needs in place (idempotent; adapts to the host).
 
-    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without MPS, the amp
-    rewrite everywhere; they answer for :func:`~torchdevice.runtime.active`. Everything
+    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without MPS; they answer
+    for :func:`~torchdevice.runtime.active`. Everything
     goes through the ledger, and leaves through it on ``disable()``.
     """
     rt = active()
@@ -216,7 +216,6 @@ def install() -> None:
         before = set(sys.modules)
         _build_trace_rules_natively()
         ledger.hook(GROUP, "torch modules imported under a facade", lambda: _repair(before))
-    amp.install()
     if kind == "cuda":
         ledger.undo(CUDA_GROUP)
     else:
