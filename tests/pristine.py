@@ -13,6 +13,7 @@ import torch
 from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
+from torchdevice import ledger
 from torchdevice.facade import amp, mps
 from torchdevice.mode import DeviceMode
 
@@ -27,8 +28,13 @@ REAL_AUTOCAST = torch.autocast
 
 
 def torch_is_pristine() -> list[str]:
-    """What differs from native torch right now (empty when nothing does)."""
-    problems = []
+    """What differs from native torch right now (empty when nothing does).
+
+    First what torchdevice's own ledger still holds (every change it makes is recorded
+    there, and ``disable()`` must leave it empty), then torch's state itself, checked
+    independently of the ledger, so a change made without recording it is caught too.
+    """
+    problems = [f"still recorded in the ledger: {c.group}: {c.what}" for c in ledger.changes()]
     if sys.modules["torch.cuda"] is not REAL_CUDA or torch.cuda is not REAL_CUDA:
         problems.append("torch.cuda is not the real module")
     if torch.load is not REAL_LOAD or torch.serialization.load is not REAL_LOAD:

@@ -45,7 +45,7 @@ def cold():
     if "torch._dynamo" in sys.modules:  # not before the first case: its compile loads it
         torch._dynamo.reset()
     torchdevice.enable()
-    rt = activation._runtime
+    rt = activation.current_runtime()
     assert rt._decisions == {} and rt._devices == {} and rt._applied == {}, "not cold"
 
 
@@ -212,7 +212,7 @@ def case_toggle_is_a_graph_break():
     states = []
     for _ in range(3):
         torch.testing.assert_close(compiled(x), x + 1)
-        states.append(activation._runtime.state.cpu_override)
+        states.append(activation.current_runtime().state.cpu_override)
     assert states == [True, False, True], states
 
 

@@ -9,23 +9,20 @@ state.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchdevice import fallback as fallback_module
-from torchdevice import mode, patches, threads
+from torchdevice import ledger, mode, patches, threads
+from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, HostKind, forced_host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.report import MigrationReport, Recorder, configure_logging
 from torchdevice.runtime import Runtime
-
-if TYPE_CHECKING:
-    from torchdevice.settings import Settings
 
 __all__ = [
     "current_runtime",
@@ -40,7 +37,6 @@ __all__ = [
 
 _lock = threading.RLock()
 _recorder = Recorder()
-_runtime: Runtime | None = None
 _mode: mode.DeviceMode | None = None
 _options: dict[str, Any] = {}
 
@@ -60,9 +56,16 @@ def _facade() -> ModuleType:
     return facade
 
 
+def _amp() -> ModuleType:
+    """The autocast/GradScaler rewrite (a facade module: imported with the facade)."""
+    from torchdevice.facade import amp  # noqa: PLC0415 - keeps `import torchdevice` light
+
+    return amp
+
+
 def current_runtime() -> Runtime | None:
-    """The active runtime, or ``None`` while disabled."""
-    return _runtime
+    """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
+    return runtime_module.active()
 
 
 def _enter_current_thread() -> None:
@@ -75,9 +78,10 @@ def _enter_current_thread() -> None:
 
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
-    global _runtime, _mode, _options
-    if _runtime is not None and _runtime is not runtime:
-        _runtime.flush()  # its fast counters belong in the process-wide report
+    global _mode, _options
+    previous = runtime_module.active()
+    if previous is not None and previous is not runtime:
+        previous.flush()  # its fast counters belong in the process-wide report
     table = build_table(runtime.host)
     accelerator = runtime.default_device
     fallback = (
@@ -87,33 +91,31 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     )
     if _mode is None:
         new_mode = mode.DeviceMode(runtime, table, fallback)
-        _runtime, _mode, _options = runtime, new_mode, options
+        runtime_module.set_active(runtime)
+        _mode, _options = new_mode, options
         threads.install(_enter_current_thread, mode.remove_all)
         _enter_current_thread()
-        patches.install(current_runtime)
+        patches.install()
+        _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
-        _facade().install(current_runtime)  # per host: torch.cuda off CUDA, torch.mps off MPS
+        _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
         return
-    _runtime, _options = runtime, options
+    runtime_module.set_active(runtime)
+    _options = options
     _mode.runtime = runtime
     _mode.table = table
     _mode.fallback = fallback
     _observe_native_fallback(runtime)
     _enter_current_thread()
-    _facade().install(current_runtime)  # adapts the facades to the new host
+    _facade().install()  # adapts the facades to the new host
 
 
 def _observe_native_fallback(runtime: Runtime) -> None:
     """Count PyTorch's own MPS fallbacks in the report on MPS hosts (none elsewhere)."""
     if runtime.host.kind == "mps":
-        fallback_module.observe_native(current_runtime)
+        fallback_module.observe_native()
     else:
-        fallback_module.unobserve_native()
-
-
-def _configure(settings: Settings, options: dict[str, Any]) -> None:
-    explicit = "log_level" in options or bool(os.environ.get("TORCHDEVICE_LOG_LEVEL"))
-    configure_logging(settings.log_level, explicit)
+        ledger.undo(fallback_module.NATIVE_GROUP)
 
 
 def enable(**options: Any) -> None:
@@ -125,38 +127,44 @@ def enable(**options: Any) -> None:
     ``log_level``, ``report_path``); each overrides its environment variable.
     """
     with _lock:
-        if _runtime is not None and options == _options:
+        if runtime_module.active() is not None and options == _options:
             _enter_current_thread()
             return
         from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
 
         settings = load_settings(options)
         host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
-        _configure(settings, options)
+        configure_logging(settings.log_level, settings.log_level_explicit)
         _activate(Runtime(host, settings, _recorder), dict(options))
 
 
 def disable() -> None:
-    """Stop redirecting and restore torch exactly as it was (SPEC §1). Idempotent."""
-    global _runtime, _mode, _options
+    """Stop redirecting and restore torch exactly as it was (SPEC §1). Idempotent.
+
+    Every change torchdevice made outside itself is in the :mod:`~torchdevice.ledger`,
+    which undoes them newest first; then the mode leaves this thread's stack (other
+    threads' exit guards take it off theirs) and stops redirecting.
+    """
+    global _mode, _options
     with _lock:
         if _mode is None:
             return
         active = _mode
-        if _runtime is not None:
-            _runtime.flush()
-        _facade().uninstall()
-        patches.uninstall()
-        fallback_module.unobserve_native()
-        threads.uninstall()
-        mode.remove(active)
-        active.retire()
-        _runtime, _mode, _options = None, None, {}
+        previous = runtime_module.active()
+        if previous is not None:
+            previous.flush()
+        try:
+            ledger.undo()
+        finally:
+            runtime_module.set_active(None)
+            mode.remove(active)
+            active.retire()
+            _mode, _options = None, {}
 
 
 def is_enabled() -> bool:
     """Whether redirection is on."""
-    return _runtime is not None
+    return runtime_module.active() is not None
 
 
 @contextmanager
@@ -167,10 +175,10 @@ def redirect(**options: Any) -> Iterator[Runtime]:
     not per thread: while the block runs, every covered thread is redirected.
     """
     with _lock:
-        saved = (_runtime, _options)
+        saved = (runtime_module.active(), _options)
         merged = {**_options, **options}
         enable(**merged)
-        runtime = _runtime
+        runtime = runtime_module.active()
     assert runtime is not None
     try:
         yield runtime
@@ -179,23 +187,24 @@ def redirect(**options: Any) -> Iterator[Runtime]:
             previous, previous_options = saved
             if previous is None:
                 disable()
-            elif previous is not _runtime:
+            elif previous is not runtime_module.active():
                 _activate(previous, previous_options)
 
 
 def set_cpu_override(on: bool) -> None:
     """Turn the ``cpu:-1`` CPU override on or off from code (SPEC §2)."""
     with _lock:
-        if _runtime is None:
+        rt = runtime_module.active()
+        if rt is None:
             raise RuntimeError(
                 "torchdevice is not enabled: call torchdevice.enable() before set_cpu_override()"
             )
-        _runtime.set_cpu_override(on)
+        rt.set_cpu_override(on)
 
 
 def report() -> MigrationReport:
     """The migration report of this process so far (all activations)."""
-    rt = _runtime
+    rt = runtime_module.active()
     if rt is not None:
         return rt.report()
     host = probe_host()
@@ -205,5 +214,6 @@ def report() -> MigrationReport:
 def reset_report() -> None:
     """Start a new migration report."""
     _recorder.clear()
-    if _runtime is not None:
-        _runtime.forget_counts()
+    rt = runtime_module.active()
+    if rt is not None:
+        rt.forget_counts()

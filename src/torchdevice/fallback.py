@@ -36,19 +36,20 @@ from typing import Any, Final, NamedTuple
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
+from torchdevice import ledger
 from torchdevice.report import api_name
-from torchdevice.runtime import Runtime
+from torchdevice.runtime import Runtime, active
 
 __all__ = [
     "CAPABILITY_ERRORS",
     "CAPABILITY_ERROR_TYPES",
+    "NATIVE_GROUP",
     "NEVER_RERUN",
     "CapabilityError",
     "Fallback",
     "Unsupported",
     "is_capability_error",
     "observe_native",
-    "unobserve_native",
 ]
 
 
@@ -341,30 +342,25 @@ _NATIVE = re.compile(
     r"The operator '(?P<op>[\w:.]+)' is not currently supported on the MPS backend and "
     r"will fall back to run on the CPU"
 )
-_original_showwarning: Callable[..., None] | None = None
+#: The ledger group of the ``warnings.showwarning`` wrapper.
+NATIVE_GROUP = "native MPS fallback observer"
 
 
-def observe_native(get_runtime: Callable[[], Runtime | None]) -> None:
-    """Count torch's native MPS fallbacks in the migration report (wraps showwarning)."""
-    global _original_showwarning
-    if _original_showwarning is not None:
+def observe_native() -> None:
+    """Count torch's native MPS fallbacks in the migration report (wraps showwarning).
+
+    Idempotent; the wrapper leaves through the ledger (``disable()``, or
+    ``ledger.undo(NATIVE_GROUP)`` when the host stops being an MPS host).
+    """
+    if ledger.has(NATIVE_GROUP):
         return
     original = warnings.showwarning
-    _original_showwarning = original
 
     def showwarning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
         match = _NATIVE.search(str(message))
-        rt = get_runtime()
+        rt = active()
         if match is not None and rt is not None:
             rt.note_event("fallback", match["op"], "mps", "cpu", "PyTorch's MPS fallback (native)")
         original(message, category, *args, **kw)
 
-    warnings.showwarning = showwarning
-
-
-def unobserve_native() -> None:
-    """Put ``warnings.showwarning`` back."""
-    global _original_showwarning
-    if _original_showwarning is not None:
-        warnings.showwarning = _original_showwarning
-        _original_showwarning = None
+    ledger.set_attr(NATIVE_GROUP, warnings, "showwarning", showwarning)

@@ -17,15 +17,13 @@ from typing import Any
 import torch
 import torch.serialization
 
-from torchdevice.runtime import Runtime
+from torchdevice import ledger
+from torchdevice.runtime import Runtime, active
 
-__all__ = ["install", "installed", "uninstall"]
-
-RuntimeGetter = Callable[[], "Runtime | None"]
+__all__ = ["GROUP", "install", "installed"]
 
 _ORIGINAL_LOAD = torch.load
 _ORIGINAL_GENERATOR = torch.Generator
-_get_runtime: RuntimeGetter = lambda: None  # noqa: E731 - replaced by install()
 
 
 def _restore(rt: Runtime, storage: Any, location: str) -> Any:
@@ -70,7 +68,7 @@ def _map_location(rt: Runtime, map_location: Any) -> Any:
 @functools.wraps(_ORIGINAL_LOAD)
 def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
     """``torch.load`` with ``map_location`` sent through the policy."""
-    rt = _get_runtime()
+    rt = active()
     if rt is not None:
         map_location = _map_location(rt, map_location)
     return _ORIGINAL_LOAD(f, map_location, *args, **kwargs)
@@ -81,7 +79,7 @@ def _with_device_kwarg(original: Callable[..., Any], api: str) -> Callable[..., 
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        rt = _get_runtime()
+        rt = active()
         request = kwargs.get("device")
         if rt is not None and request is not None:
             decision = rt.decide(request)
@@ -120,7 +118,7 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
     """
 
     def __new__(cls, device: Any = None) -> Any:
-        rt = _get_runtime()
+        rt = active()
         if device is None:
             return _ORIGINAL_GENERATOR()
         if rt is None:
@@ -141,20 +139,17 @@ _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
 )
 
 
-def install(get_runtime: RuntimeGetter) -> None:
-    """Put the wrappers in place; they ask ``get_runtime`` for the current activation."""
-    global _get_runtime
-    _get_runtime = get_runtime
+#: The ledger group of these wrappers.
+GROUP = "torch wrappers"
+
+
+def install() -> None:
+    """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
+    for the activation at each call. ``disable()`` takes them out through the ledger."""
+    if ledger.has(GROUP):
+        return
     for owner, name, _original, replacement in _REPLACEMENTS:
-        setattr(owner, name, replacement)
-
-
-def uninstall() -> None:
-    """Put the originals back (exactly the objects that were there)."""
-    global _get_runtime
-    for owner, name, original, _replacement in _REPLACEMENTS:
-        setattr(owner, name, original)
-    _get_runtime = lambda: None  # noqa: E731
+        ledger.set_attr(GROUP, owner, name, replacement)
 
 
 def installed() -> bool:

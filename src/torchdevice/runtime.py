@@ -30,7 +30,7 @@ from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from torchdevice.settings import Settings
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "active", "set_active"]
 
 _is_compiling = torch.compiler.is_compiling
 #: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
@@ -342,3 +342,20 @@ _TOGGLE_IN_GRAPH = (
     "cannot be part of a graph; request it before the compiled region, or call "
     "torchdevice.set_cpu_override() there"
 )
+
+
+#: The runtime of the activation in force (``None`` while disabled). Activation sets it;
+#: the wrappers, facades and observers read it through :func:`active` at call time, so
+#: there is one slot, not a copy per installer.
+_active: Runtime | None = None
+
+
+def active() -> Runtime | None:
+    """The active runtime, or ``None`` while torchdevice is disabled."""
+    return _active
+
+
+def set_active(runtime: Runtime | None) -> None:
+    """Make ``runtime`` the active one (``None``: disabled). Only activation calls this."""
+    global _active
+    _active = runtime

@@ -55,6 +55,16 @@ class Settings(BaseModel):
         "answers true; set it false to make them take their CPU/MPS paths instead.",
     )
 
+    @property
+    def log_level_explicit(self) -> bool:
+        """Whether ``log_level`` was asked for (argument or environment), not defaulted.
+
+        Asked for, the level gets a handler that shows it (see
+        :func:`~torchdevice.report.configure_logging`); read here so nothing else has to
+        look at the environment again.
+        """
+        return "log_level" in self.model_fields_set
+
     @field_validator("host")
     @classmethod
     def _machine_has_it(cls, value: object) -> object:

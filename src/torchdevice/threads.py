@@ -32,12 +32,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["guard_exit", "install", "uninstall"]
+from torchdevice import ledger
+
+__all__ = ["GROUP", "guard_exit", "install"]
 
 ProfileFunc = Callable[..., object]
 
 _previous: ProfileFunc | None = None
-_installed = False
 _enter: Callable[[], None] | None = None
 _leave: Callable[[], None] | None = None
 _guards = threading.local()
@@ -90,18 +91,22 @@ def _hook(frame: FrameType, event: str, arg: Any) -> object:
     return None
 
 
+#: The ledger group of the thread hooks.
+GROUP = "thread hooks"
+
+
 def install(enter: Callable[[], None], leave: Callable[[], None]) -> None:
     """Run ``enter`` in every thread started from now on and in the running ones.
 
     ``leave`` runs in each of those threads when it ends (and in the thread that calls
-    :func:`guard_exit`), whether or not redirection is still on by then.
+    :func:`guard_exit`), whether or not redirection is still on by then. The hooks leave
+    through the ledger (:func:`_stop_covering`).
     """
-    global _previous, _installed, _enter, _leave
+    global _previous, _enter, _leave
     _enter, _leave = enter, leave
-    if _installed:
+    if ledger.has(GROUP):
         return
     _previous = threading.getprofile()
-    _installed = True
     if sys.version_info >= (3, 12):
         threading.setprofile_all_threads(_hook)
         # The calling thread already has the mode: undo the hook here.
@@ -109,21 +114,19 @@ def install(enter: Callable[[], None], leave: Callable[[], None]) -> None:
     else:
         threading.setprofile(_hook)
         _profile_running_threads()
+    ledger.hook(GROUP, "threading.setprofile", _stop_covering)
 
 
-def uninstall() -> None:
+def _stop_covering() -> None:
     """Stop covering new threads; restore the profile function that was there before.
 
-    Threads that have the mode keep their exit guards: the mode, inert after disable,
-    still has to leave their stacks before they end.
+    Threads that have the mode keep their exit guards (``_leave`` stays): the mode, inert
+    after disable, still has to leave their stacks before they end.
     """
-    global _previous, _installed, _enter
-    if not _installed:
-        return
+    global _previous, _enter
     _enter = None
     threading.setprofile(_previous)
     _previous = None
-    _installed = False
 
 
 # -- running threads on Python 3.10 / 3.11 ------------------------------------------------

@@ -27,9 +27,11 @@ into ``sys.modules`` alongside; ``torch.cuda.amp`` is the real package, whose au
 GradScaler :mod:`~torchdevice.facade.amp` rewrites to the real device type.
 
 :func:`install` also puts the ``torch.mps`` facade in place on hosts without MPS
-(:mod:`~torchdevice.facade.mps`) and the amp rewrite on every host. On a CUDA host the real
+(:mod:`~torchdevice.facade.mps`); activation installs the amp rewrite, on every host, on
+its own. On a CUDA host the real
 ``torch.cuda`` stays: CUDA code needs no facade there.
 
+Every change goes through the :mod:`~torchdevice.ledger`; ``disable()`` undoes them there.
 Disabling clears ``torch.get_device_module``'s cache (it caches ``torch.cuda``) and repairs
 torch modules first imported while the facade was in place (see
 :func:`~torchdevice.facade.modules.rebind_imported`), so a ``torch.compile`` that first ran
@@ -46,8 +48,8 @@ from typing import Any
 
 import torch
 
+from torchdevice import ledger
 from torchdevice.facade import (
-    amp,
     device_only,
     devices,
     legacy_types,
@@ -58,10 +60,10 @@ from torchdevice.facade import (
     real_device,
     streams,
 )
-from torchdevice.facade.modules import FacadeModule, Placement
-from torchdevice.runtime import Runtime
+from torchdevice.facade.modules import FacadeModule
+from torchdevice.runtime import active
 
-__all__ = ["build_cuda_facade", "install", "installed", "uninstall"]
+__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed"]
 
 _REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
 
@@ -160,9 +162,13 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
     return cuda, {f"torch.cuda.{name}": module for name, module in subs.items()}
 
 
-_placement = Placement()
-_cuda_modules: list[FacadeModule] = []
-_modules_before: set[str] | None = None
+#: The ledger groups: the ``torch.cuda`` facade (undone alone when the host becomes a CUDA
+#: host), and the repair of modules imported while any facade was in place (recorded
+#: first, so undone last, after every facade has left).
+CUDA_GROUP = "cuda facade"
+GROUP = "facades"
+#: Every facade module put in place during this activation, for the repair.
+_placed: list[FacadeModule] = []
 _ORIGINAL_GET_DEVICE_MODULE = torch.get_device_module
 
 
@@ -187,53 +193,37 @@ def get_device_module(device: Any = None) -> Any:
 
 
 def _install_cuda() -> None:
-    if _placement:
+    if ledger.has(CUDA_GROUP):
         return
     cuda, subs = build_cuda_facade()
-    _cuda_modules[:] = [cuda, *subs.values()]
-    _placement.put("torch.cuda", cuda, torch, "cuda")
-    torch.get_device_module = get_device_module  # type: ignore[assignment]
+    _placed.extend([cuda, *subs.values()])
+    modules.place(CUDA_GROUP, "torch.cuda", cuda, torch, "cuda")
+    ledger.set_attr(CUDA_GROUP, torch, "get_device_module", get_device_module)
     for key, module in subs.items():
-        _placement.put(key, module)
+        modules.place(CUDA_GROUP, key, module)
 
 
-def _uninstall_cuda() -> None:
-    torch.get_device_module = _ORIGINAL_GET_DEVICE_MODULE
-    _placement.restore()
-    _cuda_modules.clear()
-
-
-def _facade_objects() -> dict[int, Any]:
-    mapping: dict[int, Any] = {}
-    for module in _cuda_modules:
-        mapping.update(modules.facade_objects(module))
-    mapping.update(mps.facade_objects())
-    mapping[id(get_device_module)] = _ORIGINAL_GET_DEVICE_MODULE
-    return mapping
-
-
-def install(get_runtime: Callable[[], Runtime | None]) -> None:
+def install() -> None:
     """Put every facade the current host needs in place (idempotent; adapts to the host).
 
-    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without MPS, the amp
-    rewrite everywhere.
+    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without MPS; they answer
+    for :func:`~torchdevice.runtime.active`. Everything
+    goes through the ledger, and leaves through it on ``disable()``.
     """
-    global _modules_before
-    rt = get_runtime()
+    rt = active()
     kind = rt.host.kind if rt is not None else "cpu"
-    if _modules_before is None:
-        _modules_before = set(sys.modules)
+    if not ledger.has(GROUP):
+        before = set(sys.modules)
         _build_trace_rules_natively()
-    real_device.bind(get_runtime)
-    amp.install(get_runtime)
+        ledger.hook(GROUP, "torch modules imported under a facade", lambda: _repair(before))
     if kind == "cuda":
-        _uninstall_cuda()
+        ledger.undo(CUDA_GROUP)
     else:
         _install_cuda()
     if kind == "mps":
-        mps.uninstall()
+        ledger.undo(mps.GROUP)
     else:
-        mps.install()
+        _placed.extend(mps.install())
     _clear_device_module_cache()
 
 
@@ -241,7 +231,7 @@ def _build_trace_rules_natively() -> None:
     """Let dynamo, if loaded, build its table of torch functions from the real modules.
 
     Dynamo builds that table (``torch.cuda.is_available`` -> "an op to put in the graph")
-    by name, once, at its import, and rebuilds it after :func:`uninstall` clears it. Built
+    by name, once, at its import, and rebuilds it after :func:`_repair` clears it. Built
     while the facade is in place, the table would take the facade's functions for torch
     ops, and those not in dynamo's constant-folding lists (built from the real module when
     dynamo was imported before) would land in the graph: ``torch.cuda.is_available()``
@@ -254,26 +244,22 @@ def _build_trace_rules_natively() -> None:
         build()
 
 
-def uninstall() -> None:
-    """Put the real ``torch.cuda``/``torch.mps`` back, the very same module objects.
+def _repair(modules_before: set[str]) -> None:
+    """After the facades left: repair what torch imported while they were in place.
 
-    Torch modules imported while a facade was in place get the real objects back in the
-    tables they built at import; dynamo's cached trace rules are rebuilt lazily.
+    Torch modules imported meanwhile get the real objects back in the tables they built at
+    import; dynamo's cached trace rules are rebuilt lazily. The ledger runs this last.
     """
-    global _modules_before
-    mapping = _facade_objects()
-    _uninstall_cuda()
-    mps.uninstall()
-    amp.uninstall()
-    real_device.unbind()
+    mapping: dict[int, Any] = {id(get_device_module): _ORIGINAL_GET_DEVICE_MODULE}
+    for module in _placed:
+        mapping.update(modules.facade_objects(module))
+    _placed.clear()
     _clear_device_module_cache()
-    if _modules_before is not None:
-        imported = [name for name in set(sys.modules) - _modules_before
-                    if name == "torch" or name.startswith("torch.")]  # fmt: skip
-        _modules_before = None
-        if mapping and imported:
-            modules.rebind_imported(sorted(imported), mapping)
-            _adopt_submodules()
+    imported = [name for name in set(sys.modules) - modules_before
+                if name == "torch" or name.startswith("torch.")]  # fmt: skip
+    if imported:
+        modules.rebind_imported(sorted(imported), mapping)
+        _adopt_submodules()
     trace_rules = sys.modules.get("torch._dynamo.trace_rules")
     clear = getattr(trace_rules, "clear_lru_cache", None)
     if clear is not None:

@@ -10,22 +10,22 @@ the policy: ``"cuda"`` becomes ``"mps"`` or ``"cpu"``, ``"mps"`` becomes ``"cuda
 contexts (``torch.utils.checkpoint``) that must keep meaning the CPU.
 
 The patch is on ``__init__`` of the real classes, so ``isinstance`` and torch.compile's
-recognition of autocast are untouched; it is removed exactly on disable.
+recognition of autocast are untouched; it is removed exactly on disable (by the ledger).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.amp.autocast_mode
 import torch.amp.grad_scaler
 
-from torchdevice.runtime import Runtime
+from torchdevice import ledger
+from torchdevice.runtime import active
 
-__all__ = ["install", "installed", "uninstall"]
+__all__ = ["GROUP", "install", "installed"]
 
 _AUTOCAST = torch.amp.autocast_mode.autocast
 _SCALER = torch.amp.grad_scaler.GradScaler
@@ -33,13 +33,10 @@ _ORIGINAL_AUTOCAST_INIT = _AUTOCAST.__dict__["__init__"]
 _ORIGINAL_SCALER_INIT = _SCALER.__dict__["__init__"]
 _REWRITTEN = ("cuda", "mps")
 
-RuntimeGetter = Callable[[], "Runtime | None"]
-_get_runtime: RuntimeGetter = lambda: None  # noqa: E731 - replaced by install()
-
 
 def real_device_type(device_type: Any, api: str) -> Any:
     """The device type an autocast/GradScaler for ``device_type`` must really use."""
-    rt = _get_runtime()
+    rt = active()
     if rt is None or not isinstance(device_type, str) or device_type not in _REWRITTEN:
         return device_type
     decision = rt.decide(device_type)
@@ -67,20 +64,19 @@ def _scaler_init(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> 
     _ORIGINAL_SCALER_INIT(self, real_device_type(device, "torch.amp.GradScaler"), *args, **kwargs)
 
 
-def install(get_runtime: RuntimeGetter) -> None:
-    """Rewrite autocast/GradScaler device types for the activation ``get_runtime`` returns."""
-    global _get_runtime
-    _get_runtime = get_runtime
-    _AUTOCAST.__init__ = _autocast_init  # type: ignore[method-assign]
-    _SCALER.__init__ = _scaler_init  # type: ignore[method-assign]
+#: The ledger group of the rewrite.
+GROUP = "autocast rewrite"
 
 
-def uninstall() -> None:
-    """Put the original constructors back (the very same function objects)."""
-    global _get_runtime
-    _AUTOCAST.__init__ = _ORIGINAL_AUTOCAST_INIT  # type: ignore[method-assign]
-    _SCALER.__init__ = _ORIGINAL_SCALER_INIT  # type: ignore[method-assign]
-    _get_runtime = lambda: None  # noqa: E731
+def install() -> None:
+    """Rewrite autocast/GradScaler device types for the active runtime (idempotent).
+
+    ``disable()`` puts the very same constructors back through the ledger.
+    """
+    if ledger.has(GROUP):
+        return
+    ledger.set_attr(GROUP, _AUTOCAST, "__init__", _autocast_init)
+    ledger.set_attr(GROUP, _SCALER, "__init__", _scaler_init)
 
 
 def installed() -> bool:

@@ -2,8 +2,8 @@
 
 A :class:`FacadeModule` holds the functions a facade answers itself and looks every other
 name up on the real module at access time, so submodules, constants and exceptions keep
-working. :class:`Placement` swaps facades into ``sys.modules`` and onto their parent
-modules and puts back exactly what was there (including "nothing").
+working. :func:`place` swaps facades into ``sys.modules`` and onto their parent modules
+through the :mod:`~torchdevice.ledger`, which puts back exactly what was there.
 
 :func:`rebind_imported` repairs modules imported while a facade was in place: torch's
 compiler builds tables of ``torch.cuda`` functions at import (``torch._dynamo``'s
@@ -18,7 +18,9 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["FacadeModule", "Placement", "facade_objects", "rebind_imported"]
+from torchdevice import ledger
+
+__all__ = ["FacadeModule", "facade_objects", "place", "rebind_imported"]
 
 _MISSING: Any = object()
 
@@ -79,43 +81,20 @@ def facade_objects(module: FacadeModule) -> dict[int, Any]:
     return mapping
 
 
-class Placement:
-    """Facade modules put in place, with what they replaced, for an exact restore."""
+def place(
+    group: str,
+    key: str,
+    module: types.ModuleType,
+    parent: types.ModuleType | None = None,
+    attribute: str | None = None,
+) -> None:
+    """Make ``module`` ``sys.modules[key]`` (and ``parent.attribute``), in the ledger.
 
-    def __init__(self) -> None:
-        self._saved: list[tuple[str, Any, types.ModuleType | None, str | None, Any]] = []
-
-    def put(
-        self,
-        key: str,
-        module: types.ModuleType,
-        parent: types.ModuleType | None = None,
-        attribute: str | None = None,
-    ) -> None:
-        """Make ``module`` ``sys.modules[key]`` (and ``parent.attribute``)."""
-        old_attribute = _MISSING
-        if parent is not None and attribute is not None:
-            old_attribute = parent.__dict__.get(attribute, _MISSING)
-            setattr(parent, attribute, module)
-        self._saved.append((key, sys.modules.get(key, _MISSING), parent, attribute, old_attribute))
-        sys.modules[key] = module
-
-    def restore(self) -> None:
-        """Put back, newest first, exactly what each :meth:`put` replaced."""
-        while self._saved:
-            key, old_module, parent, attribute, old_attribute = self._saved.pop()
-            if old_module is _MISSING:
-                sys.modules.pop(key, None)
-            else:
-                sys.modules[key] = old_module
-            if parent is not None and attribute is not None:
-                if old_attribute is _MISSING:
-                    parent.__dict__.pop(attribute, None)
-                else:
-                    setattr(parent, attribute, old_attribute)
-
-    def __bool__(self) -> bool:
-        return bool(self._saved)
+    The ledger puts back exactly what was there, "nothing" included, newest first.
+    """
+    if parent is not None and attribute is not None:
+        ledger.set_attr(group, parent, attribute, module)
+    ledger.set_item(group, sys.modules, key, module)
 
 
 def _swap(value: Any, mapping: Mapping[int, Any]) -> Any:

@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
+from torchdevice import ledger
 from torchdevice.facade import device_only, devices, memory, modules, real_device, streams
-from torchdevice.facade.modules import FacadeModule, Placement
+from torchdevice.facade.modules import FacadeModule
 from torchdevice.facade.streams import Event as _Event
 
-__all__ = ["Event", "install", "installed", "uninstall"]
+__all__ = ["GROUP", "Event", "install", "installed"]
 
 REAL_MPS = real_device.REAL_MPS
 REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
@@ -193,37 +194,26 @@ def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
     return mps, event, profiler, backends
 
 
-_placement = Placement()
-_modules: tuple[FacadeModule, ...] = ()
+#: The ledger group of the ``torch.mps`` facade.
+GROUP = "mps facade"
 
 
-def install() -> None:
-    """Put the ``torch.mps`` and ``torch.backends.mps`` facades in place (idempotent)."""
-    global _modules
-    if _placement:
-        return
-    mps, event, profiler, backends = _modules = _build()
-    _placement.put("torch.mps", mps, torch, "mps")
-    _placement.put("torch.mps.event", event)
-    _placement.put("torch.mps.profiler", profiler)
-    _placement.put("torch.backends.mps", backends, torch.backends, "mps")
+def install() -> tuple[FacadeModule, ...]:
+    """Put the ``torch.mps`` and ``torch.backends.mps`` facades in place (idempotent).
 
-
-def uninstall() -> None:
-    """Put the real modules back, the very same objects."""
-    global _modules
-    _placement.restore()
-    _modules = ()
+    Returns the facade modules it put in place (none if they already were). They leave
+    through the ledger: ``disable()``, or ``ledger.undo(GROUP)`` on an MPS host.
+    """
+    if ledger.has(GROUP):
+        return ()
+    mps, event, profiler, backends = placed = _build()
+    modules.place(GROUP, "torch.mps", mps, torch, "mps")
+    modules.place(GROUP, "torch.mps.event", event)
+    modules.place(GROUP, "torch.mps.profiler", profiler)
+    modules.place(GROUP, "torch.backends.mps", backends, torch.backends, "mps")
+    return placed
 
 
 def installed() -> bool:
     """Whether ``torch.mps`` is the facade now."""
     return isinstance(torch.mps, FacadeModule)
-
-
-def facade_objects() -> dict[int, Any]:
-    """``id(facade object) -> real object`` for the modules now in place."""
-    mapping: dict[int, Any] = {}
-    for module in _modules:
-        mapping.update(modules.facade_objects(module))
-    return mapping

@@ -20,14 +20,13 @@ import os
 import sys
 import types
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
 
-from torchdevice.runtime import Runtime
+from torchdevice.runtime import Runtime, active
 
 __all__ = [
     "CpuDevice",
@@ -35,11 +34,9 @@ __all__ = [
     "ModuleDevice",
     "MpsDevice",
     "RealDevice",
-    "bind",
     "checked",
     "current",
     "runtime",
-    "unbind",
 ]
 
 #: The real modules, captured before any facade can stand in for them.
@@ -47,25 +44,10 @@ REAL_CUDA: types.ModuleType = sys.modules["torch.cuda"]
 REAL_MPS: types.ModuleType = sys.modules["torch.mps"]
 REAL_BACKENDS_MPS: types.ModuleType = sys.modules["torch.backends.mps"]
 
-RuntimeGetter = Callable[[], "Runtime | None"]
-_get_runtime: RuntimeGetter = lambda: None  # noqa: E731 - replaced by bind()
-
-
-def bind(get_runtime: RuntimeGetter) -> None:
-    """Make the facades answer for the activation ``get_runtime`` returns."""
-    global _get_runtime
-    _get_runtime = get_runtime
-
-
-def unbind() -> None:
-    """Forget the activation: facade objects kept past ``disable()`` then say so."""
-    global _get_runtime
-    _get_runtime = lambda: None  # noqa: E731
-
 
 def runtime() -> Runtime:
     """The current activation's runtime; a clear error if the caller outlived it."""
-    rt = _get_runtime()
+    rt = active()
     if rt is None:
         raise RuntimeError(
             "a torchdevice facade object (kept from torch.cuda or torch.mps while redirecting) "
