@@ -30,7 +30,7 @@ import torch
 
 from torchdevice import callsite
 from torchdevice.host import Host
-from torchdevice.policy import Decision, Standing, stands_for
+from torchdevice.policy import Standing, stands_for
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
@@ -57,33 +57,21 @@ def _is_device_arg(value: object) -> bool:
     )
 
 
-def _decided(rt: Runtime, decision: Decision, func: Callable[..., Any]) -> torch.device:
-    """The device to use for ``decision``; notes it in the report when it moved.
-
-    While dynamo traces, only the device is looked up: the report's id-keyed counters are
-    bookkeeping dynamo cannot (and need not) trace.
-    """
-    if _is_compiling():
-        return rt.torch_device(decision.device)
-    device, kind = rt.applied(decision)
-    if kind is not None:
-        rt.count(decision, func, kind, 3)  # count <- _decided <- handler <- mode <- caller
-    return device
-
-
 def _apply(
     rt: Runtime, request: object, func: Callable[..., Any]
 ) -> tuple[torch.device, Standing | None]:
-    """The hot path of a redirected factory: resolve (one lookup), count, return.
+    """The hot path of a redirected factory: :meth:`Runtime.place`, inlined.
 
-    Returns the device and what the request stands for (:mod:`torchdevice.transfers`);
-    ``None`` for that while dynamo traces: marks are for eager tensors.
+    Inlined (one resolve, one compile check) because every factory with a ``device=``
+    pays for it; the reporting rule stays the runtime's (``Runtime.applied``). Returns the
+    device and what the request stands for (:mod:`torchdevice.transfers`); ``None`` for
+    that while dynamo traces: marks are for eager tensors.
     """
     decision, device, kind = rt.resolve(request)
     if _is_compiling():
         return device, None
     if kind is not None:
-        rt.count(decision, func, kind, 3)  # count <- _apply <- handler <- mode <- caller
+        rt.count(decision, func, kind)
     return device, requested(request, stands_for(decision.requested))
 
 
@@ -319,14 +307,13 @@ def _rewrite_to_args(
         request = kwargs["device"]
         if request is None:
             return args, kwargs, None
-        decision = rt.decide(request)
+        decision, device = rt.place(request, func)
         kwargs = dict(kwargs)
-        kwargs["device"] = _decided(rt, decision, func)
+        kwargs["device"] = device
         return args, kwargs, requested(request, stands_for(decision.requested))
     if len(args) > first and _is_device_arg(args[first]):
         request = args[first]
-        decision = rt.decide(request)
-        device = _decided(rt, decision, func)
+        decision, device = rt.place(request, func)
         wanted = requested(request, stands_for(decision.requested))
         return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
     return args, kwargs, None
@@ -392,8 +379,7 @@ def parse_to(
 def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: object,
           non_blocking: bool, memory_format: torch.memory_format) -> Any:  # fmt: skip
     """``.cuda()``/``.cpu()`` as ``.to(device)``, with the device's copy semantics."""
-    decision = rt.decide(request)
-    device = _decided(rt, decision, func)
+    decision, device = rt.place(request, func)
     dtype = tensor.dtype
     if rt.float64_device is not None:
         dtype = _narrow_float64(rt, func, device, dtype)
@@ -441,13 +427,13 @@ def tensor_type(
         dtype = f"torch.cuda.{dtype.__name__}"
     if not (isinstance(dtype, str) and dtype.startswith("torch.cuda.")):
         return func(*args, **kwargs)
-    decision = rt.decide("cuda")
+    decision, device = rt.place("cuda", func)
     if decision.action == "unchanged":
         return func(*args, **kwargs)
     tensor = args[0]
     non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
     cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
-    result = cast.to(_decided(rt, decision, func), non_blocking=non_blocking)
+    result = cast.to(device, non_blocking=non_blocking)
     return moved(tensor, result, "device")
 
 
@@ -482,15 +468,14 @@ def device_ctor(
         request = params[0]
         if isinstance(request, torch.device) and request.type not in ("cpu", "cuda", "mps"):
             return request
-    decision = rt.decide(request)
+    # torch building its own device object (GradScaler.unscale_, autocast...): apply the
+    # policy, but it is no line of the user's to port, so it is not reported. Placed once:
+    # deciding "cpu:-1" toggles the override.
+    ours = not callsite.is_internal(sys._getframe(2).f_code)
+    decision, device = rt.place(request, func, report=ours)
     if decision.action == "unchanged" and isinstance(request, torch.device):
         return request
-    wanted = stands_for(decision.requested)
-    if callsite.is_internal(sys._getframe(2).f_code):
-        # torch building its own device object (GradScaler.unscale_, autocast...): apply
-        # the policy, but it is no line of the user's to port, so it is not reported.
-        return device_object(rt.applied(decision)[0], wanted)
-    return device_object(_decided(rt, decision, func), wanted)
+    return device_object(device, stands_for(decision.requested))
 
 
 def tensor_numpy(

@@ -28,10 +28,7 @@ _ORIGINAL_GENERATOR = torch.Generator
 
 def _restore(rt: Runtime, storage: Any, location: str) -> Any:
     """Restore one storage saved at ``location`` to the device the policy picks for it."""
-    decision = rt.decide(location)
-    if decision.moved:
-        rt.note(decision, "torch.load")
-    device = rt.torch_device(decision.device)
+    _, device = rt.place(location, "torch.load")
     if device.type == "cpu":
         return storage
     return torch.serialization.default_restore_location(storage, str(device))  # type: ignore[no-untyped-call]
@@ -42,10 +39,7 @@ def _map_location(rt: Runtime, map_location: Any) -> Any:
     if map_location is None:
         return lambda storage, location: _restore(rt, storage, location)
     if isinstance(map_location, (str, torch.device, int)) and not isinstance(map_location, bool):
-        decision = rt.decide(map_location)
-        if decision.moved or decision.action == "override":
-            rt.note(decision, "torch.load")
-        return rt.torch_device(decision.device)
+        return rt.place(map_location, "torch.load")[1]
     if isinstance(map_location, dict):
         table = {str(k): v for k, v in map_location.items()}
 
@@ -82,10 +76,7 @@ def _with_device_kwarg(original: Callable[..., Any], api: str) -> Callable[..., 
         rt = active()
         request = kwargs.get("device")
         if rt is not None and request is not None:
-            decision = rt.decide(request)
-            if decision.moved or decision.action == "override":
-                rt.note(decision, api)
-            kwargs["device"] = rt.torch_device(decision.device)
+            kwargs["device"] = rt.place(request, api)[1]
         return original(*args, **kwargs)
 
     return wrapper
@@ -123,10 +114,7 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
             return _ORIGINAL_GENERATOR()
         if rt is None:
             return _ORIGINAL_GENERATOR(device)
-        decision = rt.decide(device)
-        if decision.moved or decision.action == "override":
-            rt.note(decision, "torch.Generator")
-        return _ORIGINAL_GENERATOR(device=rt.torch_device(decision.device))
+        return _ORIGINAL_GENERATOR(device=rt.place(device, "torch.Generator")[1])
 
 
 _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (

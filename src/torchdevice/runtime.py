@@ -202,23 +202,30 @@ class Runtime:
                 self._applied[id(decision)] = hit
         return hit
 
-    def note(
-        self, decision: Decision, api: str | Callable[..., Any], kind: EventKind = "redirect"
-    ) -> None:
-        """Count a redirect at the user's call site (skipped while dynamo traces).
+    def place(
+        self, request: object, api: str | Callable[..., Any], *, report: bool = True
+    ) -> tuple[Decision, torch.device]:
+        """Where ``request`` goes: the decision and its device, reported when it moved.
+
+        The one placement path of every intercept and wrapper: decide (one cached
+        lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
+        dynamo traces, nor with ``report=False`` for torch's own calls), and return the
+        ``torch.device`` to use.
+        """
+        decision, device, kind = self.resolve(request)
+        if kind is not None and report and not _is_compiling():
+            self.count(decision, api, kind)
+        return decision, device
+
+    def count(self, decision: Decision, api: str | Callable[..., Any], kind: EventKind) -> None:
+        """Count ``decision`` at the user's call site: the first frame outside torch,
+        torchdevice and contextlib, however deep the call came in.
 
         The hot path: walk past internal frames (a dict lookup by code id each), then bump
         one counter. Under free-running threads a bump can race and undercount by one;
         every call site is still reported and logged.
         """
-        if not _is_compiling():
-            self.count(decision, api, kind, 2)
-
-    def count(
-        self, decision: Decision, api: str | Callable[..., Any], kind: EventKind, skip: int
-    ) -> None:
-        """:meth:`note` without the dynamo check; ``skip`` frames are ours for sure."""
-        frame = callsite.user_frame(skip)
+        frame = callsite.user_frame(1)
         if frame is None:
             site = callsite.site_of(None)
             self._record(site, decision, api, kind)

@@ -39,11 +39,8 @@ def real_device_type(device_type: Any, api: str) -> Any:
     rt = active()
     if rt is None or not isinstance(device_type, str) or device_type not in _REWRITTEN:
         return device_type
-    decision = rt.decide(device_type)
-    if not decision.moved:
-        return device_type
-    rt.note(decision, api)
-    return decision.device.type
+    decision, _ = rt.place(device_type, api)
+    return decision.device.type if decision.moved else device_type
 
 
 @functools.wraps(_ORIGINAL_AUTOCAST_INIT)
