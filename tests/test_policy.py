@@ -18,7 +18,16 @@ from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
 from torchdevice import DeviceRequestError, DeviceRequestTypeError, Host
-from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide, parse_request
+from torchdevice.policy import (
+    Decision,
+    DeviceSpec,
+    PolicyState,
+    decide,
+    draws_on_generator,
+    has_float64,
+    parse_request,
+    pins,
+)
 
 MPS_HOST = Host.mps()
 CUDA_HOST = Host.cuda(2)
@@ -517,3 +526,28 @@ def test_property_decide_leaves_torch_alone(host_request, state):
         builtins.__import__ = real_import
     assert imports == []
     assert _torch_global_state() == before
+
+
+# -- the rules beside the table ------------------------------------------------------------
+RULE_HOSTS = {"cpu": Host.cpu(), "mps": Host.mps(), "cuda": Host.cuda(2)}
+
+
+@pytest.mark.parametrize("kind", sorted(RULE_HOSTS))
+def test_only_an_mps_host_lacks_float64(kind):
+    assert has_float64(RULE_HOSTS[kind]) is (kind != "mps")
+
+
+@pytest.mark.parametrize("kind", sorted(RULE_HOSTS))
+@pytest.mark.parametrize("device_type", [None, "cpu", "cuda", "mps"])
+def test_only_host_memory_on_a_cuda_host_is_pinned(kind, device_type):
+    expected = kind == "cuda" and device_type in (None, "cpu")
+    assert pins(RULE_HOSTS[kind], device_type) is expected
+
+
+@pytest.mark.parametrize(
+    ("generator", "target", "expected"),
+    [("cpu", "cpu", False), ("cpu", "mps:0", True), ("cuda:0", "cuda:0", False),
+     ("cuda:0", "cuda:1", True), ("cpu", "cuda", True)],
+)  # fmt: skip
+def test_a_generator_draws_where_it_lives(generator, target, expected):
+    assert draws_on_generator(generator, target) is expected

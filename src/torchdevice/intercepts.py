@@ -30,7 +30,7 @@ import torch
 
 from torchdevice import callsite
 from torchdevice.host import Host
-from torchdevice.policy import Standing, stands_for
+from torchdevice.policy import Standing, draws_on_generator, pins, stands_for
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
@@ -76,10 +76,8 @@ def _apply(
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
-    """Drop ``pin_memory=True`` where pinning is impossible (no CUDA, or not a CPU tensor)."""
-    if kwargs.get("pin_memory") and (
-        not rt.can_pin or (device is not None and device.type != "cpu")
-    ):
+    """Drop ``pin_memory=True`` where pinning cannot mean anything (``policy.pins``)."""
+    if kwargs.get("pin_memory") and not pins(rt.host, None if device is None else device.type):
         kwargs["pin_memory"] = False
 
 
@@ -131,7 +129,7 @@ def factory(
                 _drop_pin(rt, None, kwargs)
             return func(*args, **kwargs)
         generator = kwargs.get("generator")
-        if generator is not None and generator.device.type != default.type:
+        if generator is not None and draws_on_generator(generator.device.type, default.type):
             return _drawn_then_moved(rt, func, args, kwargs, generator.device, default)
         kwargs["device"] = default
         _drop_pin(rt, default, kwargs)
@@ -222,7 +220,11 @@ def generator_bound(
     """
     generator = kwargs.get("generator")
     tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-    if generator is None or tensor is None or tensor.device == generator.device:
+    if (
+        generator is None
+        or tensor is None
+        or not draws_on_generator(str(generator.device), str(tensor.device))
+    ):
         return func(*args, **kwargs)
     source = generator.device
     moved = tuple(a.to(source) if isinstance(a, torch.Tensor) else a for a in args)
@@ -501,7 +503,7 @@ def pin_memory(
     tensor = args[0]
     if tensor.device.type != "cpu":
         return tensor
-    if rt.can_pin:
+    if pins(rt.host, "cpu"):
         return func(*args, **kwargs)
     return tensor.clone()
 

@@ -36,7 +36,10 @@ __all__ = [
     "PolicyState",
     "Standing",
     "decide",
+    "draws_on_generator",
+    "has_float64",
     "parse_request",
+    "pins",
     "stands_for",
 ]
 
@@ -251,3 +254,33 @@ def decide(
     if accelerator == "mps":
         return Decision(_MPS, spec, "redirect", "CUDA request sent to MPS (every cuda:n is mps:0)")
     return Decision(_CPU, spec, "fallback", "CUDA request on a CPU-only host: CPU")
+
+
+# -- rules beside the table: pure, applied by the intercepts --------------------------------
+def has_float64(host: Host) -> bool:
+    """The dtype rule: MPS has no float64.
+
+    On an MPS host a float64 asked of the device is float32 there (logged and reported
+    as a ``dtype`` event); every other host keeps float64.
+    """
+    return host.kind != "mps"
+
+
+def pins(host: Host, device_type: str | None) -> bool:
+    """The pin-memory rule: whether ``pin_memory=True`` can mean anything.
+
+    Pinned host memory exists only with CUDA, and only host (CPU) tensors are pinned
+    (``None``: a factory whose device is not known yet). Elsewhere the request is dropped:
+    an ordinary copy is what a pinned one would be.
+    """
+    return host.kind == "cuda" and device_type in (None, "cpu")
+
+
+def draws_on_generator(generator_device: str, target_device: str) -> bool:
+    """The generator rule: whether a call must draw on its generator's device first.
+
+    A generator draws only on its own device. A call whose tensor (or, for a device-less
+    factory, whose landing place) is elsewhere draws there — the numbers a native run
+    draws — and the result moves to where the call's tensors live.
+    """
+    return generator_device != target_device

@@ -24,7 +24,7 @@ from torchdevice import callsite
 from torchdevice.callsite import CallSite
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
-from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState, decide
+from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState, decide, has_float64
 from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
@@ -70,14 +70,11 @@ class Runtime:
         self.default_device: torch.device | None = (
             None if accelerator is None else self.torch_device(decide(None, host).device)
         )
-        #: Whether pinned host memory means anything here (only CUDA pins).
-        self.can_pin = host.kind == "cuda"
         #: Device type that has no float64 (MPS): the dtype rule narrows float64 there.
         self.float64_device: str | None = (
-            self.default_device.type
-            if host.kind == "mps" and self.default_device is not None
-            else None
-        )
+            None if has_float64(host) or self.default_device is None
+            else self.default_device.type
+        )  # fmt: skip
 
     # -- decisions ---------------------------------------------------------------------
     @property
