@@ -30,15 +30,14 @@ import torch
 
 from torchdevice import callsite
 from torchdevice.host import Host
-from torchdevice.policy import Standing, draws_on_generator, pins, stands_for
+from torchdevice.policy import Decision, Standing, draws_on_generator, pins, stands_for
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
     device_object,
     mark,
-    mark_fresh,
+    mark_placed,
     moved,
-    needs_mark,
     requested,
     standing,
 )
@@ -57,6 +56,12 @@ def _is_device_arg(value: object) -> bool:
     )
 
 
+def _wanted(request: object, decision: Decision) -> Standing | None:
+    """What ``request`` stands for: a remembered device object's standing, else its
+    parsed value's (:func:`~torchdevice.transfers.requested`)."""
+    return requested(request, stands_for(decision.requested))
+
+
 def _apply(
     rt: Runtime, request: object, func: Callable[..., Any]
 ) -> tuple[torch.device, Standing | None]:
@@ -72,7 +77,7 @@ def _apply(
         return device, None
     if kind is not None:
         rt.count(decision, func, kind)
-    return device, requested(request, stands_for(decision.requested))
+    return device, _wanted(request, decision)
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
@@ -137,7 +142,7 @@ def factory(
             _factory_dtype(rt, func, args, kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
         result = func(*args, **kwargs)
-        return result if _is_compiling() else mark_fresh(result, "host")
+        return result if _is_compiling() else mark_placed(result, default, "host")
     device, wanted = _apply(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
@@ -147,7 +152,7 @@ def factory(
     if func in _DATA_FACTORIES and args:
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
-    return mark_fresh(result, wanted) if wanted and needs_mark(device, wanted) else result
+    return mark_placed(result, device, wanted)
 
 
 def _from_data(
@@ -294,7 +299,7 @@ def explicit_factory(
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     result = func(*args, **kwargs)
-    return mark_fresh(result, wanted) if wanted and needs_mark(device, wanted) else result
+    return mark_placed(result, device, wanted)
 
 
 def _rewrite_to_args(
@@ -312,11 +317,11 @@ def _rewrite_to_args(
         decision, device = rt.place(request, func)
         kwargs = dict(kwargs)
         kwargs["device"] = device
-        return args, kwargs, requested(request, stands_for(decision.requested))
+        return args, kwargs, _wanted(request, decision)
     if len(args) > first and _is_device_arg(args[first]):
         request = args[first]
         decision, device = rt.place(request, func)
-        wanted = requested(request, stands_for(decision.requested))
+        wanted = _wanted(request, decision)
         return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
     return args, kwargs, None
 
@@ -386,7 +391,7 @@ def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: 
     if rt.float64_device is not None:
         dtype = _narrow_float64(rt, func, device, dtype)
     result = tensor.to(device, dtype, non_blocking=non_blocking, memory_format=memory_format)
-    wanted = requested(request, stands_for(decision.requested))
+    wanted = _wanted(request, decision)
     return result if wanted is None else moved(tensor, result, wanted)
 
 

@@ -78,14 +78,19 @@ def guard_exit() -> None:
     _guards.guard = _ExitGuard(leave)
 
 
-def _hook(frame: FrameType, event: str, arg: Any) -> object:
-    """The first profile event of a covered thread: enter the mode, then step aside."""
-    previous = _previous
-    sys.setprofile(previous)
+def _enter_here() -> None:
+    """Enter the mode in the calling thread, with its exit guard (while installed)."""
     enter = _enter
     if enter is not None:
         enter()
         guard_exit()
+
+
+def _hook(frame: FrameType, event: str, arg: Any) -> object:
+    """The first profile event of a covered thread: enter the mode, then step aside."""
+    previous = _previous
+    sys.setprofile(previous)
+    _enter_here()
     if previous is not None:
         return previous(frame, event, arg)
     return None
@@ -146,16 +151,13 @@ def _first_event(_obj: object, _frame: int | None, _what: int, _arg: int | None)
     function is cleared (as ``threading.setprofile_all_threads`` overwrites it too).
     """
     sys.setprofile(None)
-    enter = _enter
-    if enter is not None:
-        try:
-            enter()
-            guard_exit()
-        except Exception:  # a C callback must not raise: the thread stays native, and says so
-            logging.getLogger("torchdevice").warning(
-                "torchdevice could not enter thread %s", threading.current_thread().name,
-                exc_info=True,
-            )  # fmt: skip
+    try:
+        _enter_here()
+    except Exception:  # a C callback must not raise: the thread stays native, and says so
+        logging.getLogger("torchdevice").warning(
+            "torchdevice could not enter thread %s", threading.current_thread().name,
+            exc_info=True,
+        )  # fmt: skip
     return 0
 
 

@@ -37,7 +37,7 @@ import torch
 from torchdevice.policy import Standing
 
 __all__ = [
-    "device_object", "mark", "mark_fresh", "moved", "needs_mark", "requested", "standing",
+    "device_object", "mark", "mark_placed", "moved", "needs_mark", "requested", "standing",
 ]  # fmt: skip
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
@@ -106,22 +106,31 @@ def standing(tensor: torch.Tensor) -> Standing:
     return marked if marked is not None else _real(tensor.device)
 
 
-def mark_fresh(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
-    """Mark a fresh result known to need it (:func:`needs_mark`), outside dynamo.
-
-    The factory path's cost of this rule: building the storage's Python object and one
-    attribute (about 0.7 µs), paid only where a request lands on a real device other
-    than the one it stands for.
-    """
+def _set_mark(tensor: torch.Tensor, stands_for: Standing) -> None:
+    """The mark itself: building the storage's Python object and one attribute (about
+    0.7 µs), paid only where a tensor lands on a real device other than the one it
+    stands for."""
     with contextlib.suppress(RuntimeError, NotImplementedError):  # no plain storage
         setattr(tensor.untyped_storage(), _MARK, stands_for)
+
+
+def mark_placed(
+    tensor: torch.Tensor, device: torch.device, stands_for: Standing | None
+) -> torch.Tensor:
+    """Mark a factory's fresh result, placed on ``device`` outside dynamo; returns it.
+
+    The factory path's form of :func:`mark`: the device is already known, so the
+    tensor's (a new ``torch.device`` each read) is not asked for.
+    """
+    if stands_for is not None and needs_mark(device, stands_for):
+        _set_mark(tensor, stands_for)
     return tensor
 
 
 def mark(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
     """Record that ``tensor``, a fresh result, stands for ``stands_for``; returns it."""
     if not _is_compiling() and needs_mark(tensor.device, stands_for):
-        mark_fresh(tensor, stands_for)
+        _set_mark(tensor, stands_for)
     return tensor
 
 
