@@ -25,6 +25,11 @@ def _count(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
+def _table(header: str, align: str, body: list[str]) -> list[str]:
+    """A Markdown table of ``body`` rows, or "None." when there is no row."""
+    return [header, align, *body] if body else ["None."]
+
+
 def render_markdown(comparison: Comparison) -> str:
     """``compare.md``: totals and pass rates, then the tests that differ."""
     native, redirected = comparison.native.totals(), comparison.redirected.totals()
@@ -54,18 +59,15 @@ def render_markdown(comparison: Comparison) -> str:
     )
     regressions = [row for row in rows if row[3] == "regression"]
     lines += ["", f"## Pass natively, fail redirected ({len(regressions)})", ""]
-    if regressions:
-        lines += [
-            "| test | redirected | first error line | redirects | fallbacks |",
-            "| --- | --- | --- | ---: | ---: |",
-        ]
-        lines += [
+    lines += _table(
+        "| test | redirected | first error line | redirects | fallbacks |",
+        "| --- | --- | --- | ---: | ---: |",
+        [
             f"| `{_cell(nodeid)}` | {red.outcome} | {_cell(red.message)} "
             f"| {_count(red.redirects)} | {_count(red.fallbacks)} |"
             for nodeid, _, red, _ in regressions
-        ]
-    else:
-        lines.append("None.")
+        ],
+    )
     only = [row for row in rows if row[3] == "redirected_only"]
     lines += [
         "",
@@ -74,34 +76,28 @@ def render_markdown(comparison: Comparison) -> str:
         "Skipped (or absent) natively, run redirected: e.g. GPU-only tests on a host without one.",
         "",
     ]
-    if only:
-        lines += [
-            "| test | redirected | first error line | native skip reason |",
-            "| --- | --- | --- | --- |",
-        ]
-        lines += [
+    lines += _table(
+        "| test | redirected | first error line | native skip reason |",
+        "| --- | --- | --- | --- |",
+        [
             f"| `{_cell(nodeid)}` | {red.outcome} | {_cell(red.message)} | {_cell(nat.message)} |"
             for nodeid, nat, red, _ in only
-        ]
-    else:
-        lines.append("None.")
+        ],
+    )
     for category, title in (
         ("native_only", "Run only natively"),
         ("fixed", "Fail natively, pass redirected"),
     ):
         chosen = [row for row in rows if row[3] == category]
         lines += ["", f"## {title} ({len(chosen)})", ""]
-        if chosen:
-            lines += [
-                "| test | native | redirected | redirected message |",
-                "| --- | --- | --- | --- |",
-            ]
-            lines += [
+        lines += _table(
+            "| test | native | redirected | redirected message |",
+            "| --- | --- | --- | --- |",
+            [
                 f"| `{_cell(nodeid)}` | {nat.outcome} | {red.outcome} | {_cell(red.message)} |"
                 for nodeid, nat, red, _ in chosen
-            ]
-        else:
-            lines.append("None.")
+            ],
+        )
     return "\n".join(lines) + "\n"
 
 
