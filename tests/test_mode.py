@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 import warnings
 
 import numpy as np
@@ -456,6 +457,58 @@ def test_each_call_site_is_logged_once_and_counted(enabled, caplog):
     assert [(e.site.lineno, e.count, e.requested, e.decided) for e in entries] == [
         (line, 3, "cuda", "cpu:0")
     ]
+
+
+def test_calls_on_one_line_are_one_row_and_reset_starts_over(enabled):
+    # Two calls of one line are two instructions: the fast counters key them apart, the
+    # report adds them into the line's one row.
+    for _ in range(3):
+        a, b = torch.zeros(1, device="cuda"), torch.zeros(2, device="cuda")  # line + 4
+    assert a.shape == (1,)
+    assert b.shape == (2,)
+    line = test_calls_on_one_line_are_one_row_and_reset_starts_over.__code__.co_firstlineno + 4
+    rows = [
+        (e.site.lineno, e.count) for e in torchdevice.report().entries if e.api == "torch.zeros"
+    ]
+    assert rows == [(line, 6)]
+    torchdevice.reset_report()
+    assert torchdevice.report().entries == ()
+    again = sys._getframe().f_lineno + 1
+    torch.zeros(1, device="cuda")
+    rows = [
+        (e.site.lineno, e.count) for e in torchdevice.report().entries if e.api == "torch.zeros"
+    ]
+    assert rows == [(again, 1)]
+
+
+def test_redirects_outside_the_mode_find_the_users_line(enabled):
+    # torch.Generator is wrapped, not reached through the mode: the shortcut past the
+    # mode's own frames does not apply, and the full walk finds the line.
+    for _ in range(2):
+        generator = torch.Generator(device="cuda")  # line + 4
+    assert generator.device == CPU
+    line = test_redirects_outside_the_mode_find_the_users_line.__code__.co_firstlineno + 4
+    rows = [
+        (e.site.filename, e.site.lineno, e.count)
+        for e in torchdevice.report().entries
+        if e.api == "torch.Generator"
+    ]
+    assert rows == [(__file__, line, 2)]
+
+
+def test_a_users_mode_above_ours_is_the_call_site(enabled):
+    class Doubling(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))  # line + 3: calls the next mode down
+            return result * 2 if func is torch.ones else result
+
+    with Doubling():
+        x = torch.ones(2, device="cuda")
+    assert x.device == CPU
+    assert x.tolist() == [2.0, 2.0]
+    line = test_a_users_mode_above_ours_is_the_call_site.__code__.co_firstlineno + 3
+    rows = [(e.site.lineno, e.site.function) for e in torchdevice.report().entries]
+    assert (line, "__torch_function__") in rows
 
 
 def test_calls_through_torch_report_the_users_line(enabled):

@@ -79,9 +79,6 @@ def _enter_current_thread() -> None:
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _mode, _options
-    previous = runtime_module.active()
-    if previous is not None and previous is not runtime:
-        previous.flush()  # its fast counters belong in the process-wide report
     table = build_table(runtime.host)
     accelerator = runtime.default_device
     fallback = (
@@ -150,9 +147,6 @@ def disable() -> None:
         if _mode is None:
             return
         active = _mode
-        previous = runtime_module.active()
-        if previous is not None:
-            previous.flush()
         try:
             ledger.undo()
         finally:
@@ -214,6 +208,3 @@ def report() -> MigrationReport:
 def reset_report() -> None:
     """Start a new migration report."""
     _recorder.clear()
-    rt = runtime_module.active()
-    if rt is not None:
-        rt.forget_counts()

@@ -72,12 +72,14 @@ def _apply(
     device and what the request stands for (:mod:`torchdevice.transfers`); ``None`` for
     that while dynamo traces: marks are for eager tensors.
     """
-    decision, device, kind = rt.resolve(request)
+    decision, device, kind, wanted = rt.resolve(request)
     if _is_compiling():
         return device, None
-    if kind is not None:
-        rt.count(decision, func, kind)
-    return device, _wanted(request, decision)
+    if kind is not None:  # reported by Runtime.place's rule; _apply <- handler <- mode
+        rt.recorder.hit(callsite.caller(2), func, decision, kind)
+    if type(request) is torch.device:  # a remembered device object knows its standing
+        wanted = requested(request, wanted)
+    return device, wanted
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
@@ -142,7 +144,7 @@ def factory(
             _factory_dtype(rt, func, args, kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
         result = func(*args, **kwargs)
-        return result if _is_compiling() else mark_placed(result, default, "host")
+        return result if _is_compiling() else mark_placed(result, "host")
     device, wanted = _apply(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
@@ -152,7 +154,7 @@ def factory(
     if func in _DATA_FACTORIES and args:
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
-    return mark_placed(result, device, wanted)
+    return mark_placed(result, wanted)
 
 
 def _from_data(
@@ -299,7 +301,7 @@ def explicit_factory(
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     result = func(*args, **kwargs)
-    return mark_placed(result, device, wanted)
+    return mark_placed(result, wanted)
 
 
 def _rewrite_to_args(
@@ -490,7 +492,7 @@ def tensor_numpy(
 ) -> Any:
     """``Tensor.numpy()`` reads the host copy of an accelerator tensor (SPEC §2)."""
     tensor = args[0]
-    if tensor.device.type == "cpu":
+    if tensor.is_cpu:
         return func(*args, **kwargs)
     return func(tensor.cpu(), *args[1:], **kwargs)
 
@@ -506,7 +508,7 @@ def pin_memory(
     there is no pinned memory: a CPU tensor gets an ordinary copy, as a pinned one would be.
     """
     tensor = args[0]
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         return tensor
     if pins(rt.host, "cpu"):
         return func(*args, **kwargs)

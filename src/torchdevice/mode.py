@@ -19,6 +19,7 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
 
+from torchdevice import callsite
 from torchdevice.fallback import (
     CAPABILITY_ERROR_TYPES,
     Fallback,
@@ -93,6 +94,10 @@ class DeviceMode(TorchFunctionMode):
         if self.fallback is not None:
             self.fallback.reset()
         self.fallback = None
+
+
+# Torch enters torchdevice here: the frame above this one made the torch call.
+callsite.set_entry(DeviceMode.__torch_function__.__code__)
 
 
 def is_on_stack(mode: DeviceMode) -> bool:

@@ -15,9 +15,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from torchdevice.callsite import CallSite
+from torchdevice.callsite import CallSite, site_of
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from torchdevice.policy import Decision
 
 __all__ = [
     "Entry",
@@ -153,16 +158,58 @@ _Key = tuple[CallSite, EventKind, str, str, str]
 
 
 class Recorder:
-    """Counts redirects per call site and logs each site once.
+    """Counts events per call site and logs each site once.
 
-    Shared by every thread: new keys are added under a lock, counts are bumped under it
-    too (a redirect is already the slow path, the lock costs ~0.1 µs).
+    Shared by every thread and every activation of the process. Two ways in:
+
+    * :meth:`hit`, the redirect hot path: the key is the frame's code and instruction
+      (no line number is computed) with the api and the decision, and a repeat is one
+      dict lookup and one list update; the site, names and log line are built the first
+      time only. Under free-running threads a bump can race and undercount by one; every
+      call site is still reported and logged.
+    * :meth:`record`, for events off the hot path (fallbacks, the dtype rule).
     """
 
     def __init__(self) -> None:
         self._counts: dict[_Key, int] = {}
         self._reasons: dict[_Key, str] = {}
+        # (code id, instruction offset, api id, decision id) -> [later hits, report key,
+        # code, api, decision]: holding the objects keeps their ids from being reused.
+        self._hits: dict[tuple[int, int, int, int], list[Any]] = {}
         self._lock = threading.Lock()
+
+    def hit(
+        self,
+        frame: FrameType | None,
+        api: str | Callable[..., Any],
+        decision: Decision,
+        kind: EventKind,
+    ) -> None:
+        """Count ``decision`` (a redirect or an override) made at ``frame``'s call."""
+        if frame is None:  # torch was called from C: no user line
+            self._record_decision(None, api, decision, kind)
+            return
+        key = (id(frame.f_code), frame.f_lasti, id(api), id(decision))
+        entry = self._hits.get(key)
+        if entry is not None:
+            entry[0] += 1
+            return
+        report_key = self._record_decision(frame, api, decision, kind)
+        with self._lock:
+            self._hits.setdefault(key, [0, report_key, frame.f_code, api, decision])
+
+    def _record_decision(
+        self,
+        frame: FrameType | None,
+        api: str | Callable[..., Any],
+        decision: Decision,
+        kind: EventKind,
+    ) -> _Key:
+        requested = "none" if decision.requested is None else str(decision.requested)
+        name = api if isinstance(api, str) else api_name(api)
+        return self.record(
+            site_of(frame), kind, name, requested, str(decision.device), decision.reason
+        )
 
     def record(
         self,
@@ -173,10 +220,7 @@ class Recorder:
         decided: str,
         reason: str,
     ) -> _Key:
-        """Count one event at ``site``; log it the first time this key is seen.
-
-        Returns the key, for :meth:`add` to bump later without rebuilding it.
-        """
+        """Count one event at ``site``; log it the first time this key is seen."""
         key = (site, kind, api, requested, decided)
         with self._lock:
             count = self._counts.get(key)
@@ -187,26 +231,24 @@ class Recorder:
             logger.info("%s: %s(%s) -> %s (%s)", site, api, requested, decided, reason)
         return key
 
-    def add(self, key: _Key, count: int, reason: str) -> None:
-        """Add ``count`` more events to a key :meth:`record` returned (even after clear)."""
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + count
-            self._reasons.setdefault(key, reason)
-
     def clear(self) -> None:
         """Forget every count (a new report starts)."""
         with self._lock:
             self._counts.clear()
             self._reasons.clear()
+            self._hits.clear()
 
     def report(self, host: str) -> MigrationReport:
         """The migration report so far, most frequent call sites first."""
         with self._lock:
-            items = list(self._counts.items())
+            counts = dict(self._counts)
             reasons = dict(self._reasons)
+            for later, key, *_ in list(self._hits.values()):
+                if later:
+                    counts[key] = counts.get(key, 0) + later
         entries = [
             Entry(key[0], key[1], key[2], key[3], key[4], reasons[key], count)
-            for key, count in items
+            for key, count in counts.items()
         ]
         entries.sort(key=lambda e: (-e.count, e.site.filename, e.site.lineno))
         return MigrationReport(host, tuple(entries))

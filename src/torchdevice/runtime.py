@@ -21,11 +21,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from torchdevice import callsite
-from torchdevice.callsite import CallSite
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
-from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState, decide, has_float64
-from torchdevice.report import EventKind, MigrationReport, Recorder, api_name
+from torchdevice.policy import (
+    Action,
+    Decision,
+    DeviceSpec,
+    PolicyState,
+    Standing,
+    decide,
+    has_float64,
+    stands_for,
+)
+from torchdevice.report import EventKind, MigrationReport, Recorder
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from torchdevice.settings import Settings
@@ -36,8 +44,9 @@ _is_compiling = torch.compiler.is_compiling
 #: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
 _is_tracing = torch.compiler.is_dynamo_compiling
 
-#: A cached resolution: the decision, its torch.device, and how the report counts it.
-Resolved = tuple[Decision, torch.device, "EventKind | None"]
+#: A cached resolution: the decision, its torch.device, how the report counts it, and
+#: what the parsed request stands for (``policy.stands_for``; transfers use it).
+Resolved = tuple[Decision, torch.device, "EventKind | None", "Standing | None"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -61,10 +70,6 @@ class Runtime:
         # decisions are kept alive in _kept so their ids are never reused.
         self._applied: dict[int, tuple[torch.device, EventKind | None]] = {}
         self._kept: list[Decision] = []
-        # Redirect counts by (code id, line, api id, decision id, kind): bumping one is a
-        # dict update; the site, names and log line are built once per key (_first).
-        self._hits: dict[tuple[int, int, int, int, str], int] = {}
-        self._first: dict[tuple[int, int, int, int, str], tuple[Any, ...]] = {}
         accelerator = host.accelerator
         #: Where factories called without a device go; ``None`` leaves them alone.
         self.default_device: torch.device | None = (
@@ -129,7 +134,7 @@ class Runtime:
             self._extra_types = self._extra_types | {name}
             decision = decide(request, self.host, self._state, self._extra_types)
         device, kind = self.applied(decision)
-        resolved = (decision, device, kind)
+        resolved = (decision, device, kind, stands_for(decision.requested))
         if not decision.toggle_override:
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
                 self._decisions[key] = resolved
@@ -159,7 +164,7 @@ class Runtime:
             # a graph break runs it eagerly (fullgraph=True reports it as the reason).
             _graph_break(_TOGGLE_IN_GRAPH)
             self.set_cpu_override(not self._state.cpu_override)
-        return decision, device, kind
+        return decision, device, kind, stands_for(decision.requested)
 
     def torch_device(self, spec: DeviceSpec) -> torch.device:
         """``spec`` as a ``torch.device`` (built once per spec).
@@ -209,59 +214,11 @@ class Runtime:
         dynamo traces, nor with ``report=False`` for torch's own calls), and return the
         ``torch.device`` to use.
         """
-        decision, device, kind = self.resolve(request)
+        decision, device, kind, _ = self.resolve(request)
         if kind is not None and report and not _is_compiling():
-            self.count(decision, api, kind)
+            # From a handler: place <- handler <- the mode's __torch_function__.
+            self.recorder.hit(callsite.caller(2), api, decision, kind)
         return decision, device
-
-    def count(self, decision: Decision, api: str | Callable[..., Any], kind: EventKind) -> None:
-        """Count ``decision`` at the user's call site: the first frame outside torch,
-        torchdevice and contextlib, however deep the call came in.
-
-        The hot path: walk past internal frames (a dict lookup by code id each), then bump
-        one counter. Under free-running threads a bump can race and undercount by one;
-        every call site is still reported and logged.
-        """
-        frame = callsite.user_frame(1)
-        if frame is None:
-            site = callsite.site_of(None)
-            self._record(site, decision, api, kind)
-            return
-        key = (id(frame.f_code), frame.f_lineno, id(api), id(decision), kind)
-        count = self._hits.get(key)
-        if count is not None:
-            self._hits[key] = count + 1
-            return
-        site = callsite.site_of(frame)
-        with self._lock:
-            # Holding the code, api and decision keeps the ids in the key from being reused.
-            self._first[key] = (self._record(site, decision, api, kind), frame.f_code, api,
-                                decision)  # fmt: skip
-            self._hits[key] = 0
-
-    def _record(
-        self, site: CallSite, decision: Decision, api: str | Callable[..., Any], kind: EventKind
-    ) -> Any:
-        requested = "none" if decision.requested is None else str(decision.requested)
-        name = api if isinstance(api, str) else api_name(api)
-        return self.recorder.record(
-            site, kind, name, requested, str(decision.device), decision.reason
-        )
-
-    def flush(self) -> None:
-        """Move the fast counters into the recorder (before a report, on deactivation)."""
-        with self._lock:
-            for key, count in self._hits.items():
-                if count:
-                    first = self._first[key]
-                    self.recorder.add(first[0], count, first[3].reason)
-                    self._hits[key] = 0
-
-    def forget_counts(self) -> None:
-        """Drop the fast counters (the report was reset)."""
-        with self._lock:
-            self._hits.clear()
-            self._first.clear()
 
     def note_event(
         self, kind: EventKind, api: str, requested: str, decided: str, reason: str
@@ -274,7 +231,6 @@ class Runtime:
 
     def report(self) -> MigrationReport:
         """The migration report of this activation so far."""
-        self.flush()
         return self.recorder.report(f"{self.host.kind} host, {self.host.device_name()}")
 
 
@@ -315,7 +271,7 @@ def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) ->
         resolved = None
     if resolved is None:
         resolved = runtime._decide_new(request, key)
-    decision, device, kind = resolved
+    decision, device, kind, _ = resolved
     spec, requested = decision.device, decision.requested
     return (
         (spec.type, spec.index), None if requested is None else (requested.type, requested.index),

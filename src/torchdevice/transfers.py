@@ -29,7 +29,6 @@ device requests. A device read off a tensor (``x.device``) is its real device.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Final
 
 import torch
@@ -37,7 +36,7 @@ import torch
 from torchdevice.policy import Standing
 
 __all__ = [
-    "device_object", "mark", "mark_placed", "moved", "needs_mark", "requested", "standing",
+    "device_object", "mark", "mark_placed", "moved", "requested", "standing",
 ]  # fmt: skip
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
@@ -54,11 +53,6 @@ _standing_of_object: dict[int, tuple[torch.device, Standing]] = {}
 
 def _real(device: torch.device) -> Standing:
     return "host" if device.type == "cpu" else "device"
-
-
-def needs_mark(device: torch.device, stands_for: Standing | None) -> bool:
-    """Whether a tensor on ``device`` standing for ``stands_for`` must carry a mark."""
-    return stands_for is not None and _real(device) != stands_for
 
 
 def device_object(device: torch.device, stands_for: Standing | None) -> torch.device:
@@ -103,34 +97,31 @@ def standing(tensor: torch.Tensor) -> Standing:
         marked: Standing | None = getattr(tensor.untyped_storage(), _MARK, None)
     except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
         marked = None
-    return marked if marked is not None else _real(tensor.device)
+    if marked is not None:
+        return marked
+    return "host" if tensor.is_cpu else "device"
 
 
-def _set_mark(tensor: torch.Tensor, stands_for: Standing) -> None:
-    """The mark itself: building the storage's Python object and one attribute (about
-    0.7 µs), paid only where a tensor lands on a real device other than the one it
-    stands for."""
-    with contextlib.suppress(RuntimeError, NotImplementedError):  # no plain storage
-        setattr(tensor.untyped_storage(), _MARK, stands_for)
+def mark_placed(tensor: torch.Tensor, stands_for: Standing | None) -> torch.Tensor:
+    """Mark a factory's fresh result (outside dynamo) as standing for ``stands_for``.
 
-
-def mark_placed(
-    tensor: torch.Tensor, device: torch.device, stands_for: Standing | None
-) -> torch.Tensor:
-    """Mark a factory's fresh result, placed on ``device`` outside dynamo; returns it.
-
-    The factory path's form of :func:`mark`: the device is already known, so the
-    tensor's (a new ``torch.device`` each read) is not asked for.
+    The factory path's form of :func:`mark`: the caller has ruled out tracing, and the
+    real device is read as ``tensor.is_cpu`` (``device.type`` builds a string each read,
+    several times the cost).
     """
-    if stands_for is not None and needs_mark(device, stands_for):
-        _set_mark(tensor, stands_for)
+    if stands_for is not None and tensor.is_cpu is (stands_for != "host"):
+        # The mark: the storage's Python object (built here) and one attribute on it.
+        try:  # noqa: SIM105 - building a contextlib.suppress costs more than the mark
+            setattr(tensor.untyped_storage(), _MARK, stands_for)
+        except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
+            pass
     return tensor
 
 
 def mark(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
     """Record that ``tensor``, a fresh result, stands for ``stands_for``; returns it."""
-    if not _is_compiling() and needs_mark(tensor.device, stands_for):
-        _set_mark(tensor, stands_for)
+    if not _is_compiling():
+        mark_placed(tensor, stands_for)
     return tensor
 
 
@@ -148,4 +139,4 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
             return source
         result = source.clone()
     # else: ``Tensor.to`` returns its input or a fresh tensor, never another alias
-    return mark(result, target)
+    return mark_placed(result, target)
