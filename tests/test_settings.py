@@ -22,7 +22,7 @@ def test_defaults():
     settings = load_settings({}, {})
     assert settings == Settings()
     assert settings.model_dump() == {
-        "log_level": "WARNING",
+        "log_level": None,
         "keep_cpu": False,
         "cpu_override": False,
         "host": None,
@@ -39,13 +39,13 @@ def test_none_options_mean_no_arguments():
 @pytest.mark.parametrize(
     ("options", "environ", "expected"),
     [
-        pytest.param({}, {}, "WARNING", id="default"),
+        pytest.param({}, {}, None, id="default"),
         pytest.param({}, {"TORCHDEVICE_LOG_LEVEL": "DEBUG"}, "DEBUG", id="environment"),
         pytest.param({"log_level": "ERROR"}, {}, "ERROR", id="argument"),
         pytest.param(
             {"log_level": "ERROR"}, {"TORCHDEVICE_LOG_LEVEL": "DEBUG"}, "ERROR", id="argument-wins"
         ),
-        pytest.param({}, {"TORCHDEVICE_LOG_LEVEL": ""}, "WARNING", id="empty-env-is-unset"),
+        pytest.param({}, {"TORCHDEVICE_LOG_LEVEL": ""}, None, id="empty-env-is-unset"),
     ],
 )
 def test_log_level_precedence(options, environ, expected):

@@ -21,7 +21,8 @@ from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, HostKind, forced_host, probe_host
 from torchdevice.intercepts import build_table
-from torchdevice.report import MigrationReport, Recorder, configure_logging
+from torchdevice.logs import attribute_warnings, configure_logging
+from torchdevice.report import MigrationReport, Recorder
 from torchdevice.runtime import Runtime
 
 __all__ = [
@@ -93,6 +94,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         threads.install(_enter_current_thread, mode.remove_all)
         _enter_current_thread()
         patches.install()
+        attribute_warnings()
         _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
@@ -131,7 +133,7 @@ def enable(**options: Any) -> None:
 
         settings = load_settings(options)
         host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
-        configure_logging(settings.log_level, settings.log_level_explicit)
+        configure_logging(settings.log_level)
         _activate(Runtime(host, settings, _recorder), dict(options))
 
 

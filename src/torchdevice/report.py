@@ -1,7 +1,8 @@
-"""Logging and the migration report.
+"""The migration report.
 
 Every redirect is recorded against the user's call site. A call site is logged once (at
-INFO on the ``torchdevice`` logger) and counted every time; :func:`Recorder.report` turns
+INFO on the ``torchdevice`` logger, as a record made at that line: :mod:`torchdevice.logs`)
+and counted every time; :func:`Recorder.report` turns
 the counts into the migration report: the lines a user would change to port by hand.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torchdevice.callsite import CallSite, site_of
+from torchdevice.logs import at_site
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -30,27 +31,9 @@ __all__ = [
     "MigrationReport",
     "Recorder",
     "api_name",
-    "configure_logging",
-    "logger",
 ]
 
-logger = logging.getLogger("torchdevice")
-
 EventKind = Literal["redirect", "fallback", "override", "dtype"]
-
-
-def configure_logging(level: str, explicit: bool) -> None:
-    """Set the ``torchdevice`` logger's level.
-
-    When the level was asked for explicitly (argument or ``TORCHDEVICE_LOG_LEVEL``) and
-    nothing is configured to show our records, attach a stderr handler: without it,
-    Python's last-resort handler would drop every record below WARNING.
-    """
-    logger.setLevel(level)
-    if explicit and not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
-        logger.addHandler(handler)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +211,8 @@ class Recorder:
             if count is None:
                 self._reasons[key] = reason
         if count is None:
-            logger.info("%s: %s(%s) -> %s (%s)", site, api, requested, decided, reason)
+            message = "%s: %s(%s) -> %s (%s)"
+            at_site(logging.INFO, site, message, site, api, requested, decided, reason)
         return key
 
     def clear(self) -> None:

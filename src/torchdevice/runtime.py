@@ -13,6 +13,7 @@ builds no exception and is guarded on the activation and the CPU override only.
 from __future__ import annotations
 
 import contextlib
+import logging
 import operator
 import threading
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import torch
 from torchdevice import callsite
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
+from torchdevice.logs import logger
 from torchdevice.policy import (
     Action,
     Decision,
@@ -135,6 +137,10 @@ class Runtime:
             decision = decide(request, self.host, self._state, self._extra_types)
         device, kind = self.applied(decision)
         resolved = (decision, device, kind, stands_for(decision.requested))
+        if logger.isEnabledFor(logging.DEBUG):  # once per distinct request: it is cached
+            logger.debug(
+                "decision: %r -> %s (%s: %s)", request, device, decision.action, decision.reason
+            )
         if not decision.toggle_override:
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
                 self._decisions[key] = resolved

@@ -32,8 +32,10 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    log_level: LogLevel = Field(
-        "WARNING", description="Level of the 'torchdevice' logger; redirects log at INFO."
+    log_level: LogLevel | None = Field(
+        None,
+        description="Level of the 'torchdevice' logger (redirects log at INFO); unset, the "
+        "application's logging configuration decides, as for any library.",
     )
     keep_cpu: bool = Field(False, description="Explicit 'cpu' requests stay on the CPU.")
     cpu_override: bool = Field(False, description="Start with the 'cpu:-1' override on.")
@@ -54,16 +56,6 @@ class Settings(BaseModel):
         "hosts. Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA "
         "answers true; set it false to make them take their CPU/MPS paths instead.",
     )
-
-    @property
-    def log_level_explicit(self) -> bool:
-        """Whether ``log_level`` was asked for (argument or environment), not defaulted.
-
-        Asked for, the level gets a handler that shows it (see
-        :func:`~torchdevice.report.configure_logging`); read here so nothing else has to
-        look at the environment again.
-        """
-        return "log_level" in self.model_fields_set
 
     @field_validator("host")
     @classmethod
