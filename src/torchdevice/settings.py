@@ -40,7 +40,9 @@ class Settings(BaseModel):
     keep_cpu: bool = Field(False, description="Explicit 'cpu' requests stay on the CPU.")
     cpu_override: bool = Field(False, description="Start with the 'cpu:-1' override on.")
     host: Host | Literal["cpu", "mps", "cuda"] | None = Field(
-        None, description="Force the host instead of probing it (tests, dry runs)."
+        None,
+        description="Use this host instead of the probed one; only a kind the machine has "
+        "(the CPU always; tests inject simulated hosts as Host objects).",
     )
     report_path: Path | None = Field(
         None, description="Where the launcher writes the migration report (JSON if .json)."
