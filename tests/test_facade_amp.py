@@ -6,6 +6,7 @@ that the dtype of a matmul actually changes.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -90,10 +91,16 @@ def test_cuda_host_rewrites_mps_autocast_to_cuda():
 
 def test_the_rewrite_is_reported_at_the_call_site():
     torchdevice.enable()
+    autocast_line = sys._getframe().f_lineno + 1
     with torch.autocast("cuda"):
         pass
-    apis = {entry.api for entry in torchdevice.report().entries}
-    assert "torch.autocast" in apis
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.cuda.amp is deprecated
+        scaler_line = sys._getframe().f_lineno + 1
+        torch.cuda.amp.GradScaler()  # through typing_extensions' @deprecated wrapper
+    sites = {(e.api, e.site.filename, e.site.lineno) for e in torchdevice.report().entries}
+    assert ("torch.autocast", __file__, autocast_line) in sites
+    assert ("torch.amp.GradScaler", __file__, scaler_line) in sites
 
 
 def train_with_scaler(make_scaler, steps: int = 5):

@@ -36,16 +36,26 @@ def _prefixes() -> tuple[str, ...]:
     if not _INTERNAL_PREFIXES:
         import torch  # noqa: PLC0415, F401 - ensure torch is loaded before reading its path
 
-        _INTERNAL_PREFIXES = (
+        stdlib = os.path.dirname(threading.__file__)
+        prefixes = [
             _package_dir("torch"),
             _package_dir("torchdevice"),
-            os.path.join(os.path.dirname(threading.__file__), "contextlib.py"),
-        )
+            os.path.join(stdlib, "contextlib.py"),
+            # The wrappers of @deprecated (torch marks torch.cuda.amp.GradScaler with
+            # typing_extensions'; 3.13 has one in warnings) sit between torch and the
+            # user's line.
+            os.path.join(stdlib, "warnings.py"),
+        ]
+        extensions = sys.modules.get("typing_extensions")
+        if extensions is not None and extensions.__file__:
+            prefixes.append(os.path.abspath(extensions.__file__))
+        _INTERNAL_PREFIXES = tuple(prefixes)
     return _INTERNAL_PREFIXES
 
 
 def is_internal(code: CodeType) -> bool:
-    """True for code inside torch, torchdevice or contextlib (cached per code object)."""
+    """True for code inside torch, torchdevice, contextlib or a ``@deprecated`` wrapper
+    (cached per code object)."""
     internal = internal_cache.get(id(code))
     if internal is None:
         name = code.co_filename
