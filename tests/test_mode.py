@@ -521,6 +521,21 @@ def test_calls_through_torch_report_the_users_line(enabled):
     assert entries[0].site.lineno == line
 
 
+def test_a_modules_cuda_is_one_row_at_the_users_line(enabled):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))  # four parameters
+    weight = model[0].weight
+    here = sys._getframe().f_lineno + 1
+    assert model.cuda() is model
+    assert model[0].weight is weight  # the same Parameter, as natively
+    assert model[0].weight.cpu() is not weight  # it stands for the device: .cpu() copies
+    again = sys._getframe().f_lineno + 1
+    nn.Linear(2, 2).cuda(0)
+    rows = [(e.api, e.site.lineno, e.count, e.requested) for e in torchdevice.report().entries]
+    assert ("Module.cuda", here, 1, "cuda") in rows
+    assert ("Module.cuda", again, 1, "cuda:0") in rows
+    assert [row for row in rows if row[0] == "Tensor.cuda"] == []
+
+
 def test_report_json_and_text(enabled):
     torch.ones(2, device="mps")
     report = torchdevice.report()

@@ -7,6 +7,8 @@ one that carries a mark. The module runs in a child process that registers the b
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,7 @@ def test_parameters_and_modules(accelerator):
     model = nn.Linear(3, 2)  # built by device-less factories: host tensors on the device
     weight = model.weight
     host_weight = weight.detach()
+    cuda_line = sys._getframe().f_lineno + 1
     assert model.cuda() is model
     assert model.weight is weight
     assert independent(model.weight.detach(), host_weight)
@@ -88,9 +91,16 @@ def test_parameters_and_modules(accelerator):
     model.to(torch.device("cuda"))
     assert model.weight is weight
     device_weight = model.weight.detach()
+    cpu_line = sys._getframe().f_lineno + 1
     model.cpu()
     assert independent(model.weight.detach(), device_weight)
     assert model.weight.cpu() is model.weight
+    # Each module move is one row of the report, under the module's own name.
+    import torchdevice
+
+    rows = [(e.site.lineno, e.api, e.count) for e in torchdevice.report().entries]
+    assert [row for row in rows if row[0] == cuda_line] == [(cuda_line, "Module.cuda", 1)]
+    assert [row for row in rows if row[0] == cpu_line] == [(cpu_line, "Module.cpu", 1)]
 
 
 def test_to_with_every_argument_positional_takes_the_dtype_rule(accelerator):

@@ -382,7 +382,10 @@ def parse_to(
     device, *rest = func(*args, **kwargs)
     if device is None:
         return (device, *rest)
-    return (device_object(device, wanted), *rest)
+    # Distinct even where the real device is what it stands for: its standing then
+    # travels to every tensor's .to() without being read off its type (which the policy
+    # may not know: a simulated accelerator's).
+    return (device_object(device, wanted, distinct=True), *rest)
 
 
 def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: object,

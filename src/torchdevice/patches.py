@@ -3,8 +3,10 @@
 ``torch.load`` does its device work in Python below the function-mode layer (restore
 locations), ``torch.Generator`` is a C type whose constructor is not overridable, and
 ``torch.nested.nested_tensor``/``as_nested_tensor`` (Python functions over non-overridable
-C functions) and the deprecated ``torch.range`` never dispatch to a function mode. All are
-replaced on enable and put back exactly on disable. Code that bound them before enabling
+C functions) and the deprecated ``torch.range`` never dispatch to a function mode.
+``Module.cuda``/``Module.cpu`` do reach it, once per tensor; they are wrapped so the report
+names the one line the user wrote. All are replaced on enable and put back exactly on
+disable. Code that bound them before enabling
 (``from torch import load``) keeps the originals: a documented limit.
 """
 
@@ -18,7 +20,9 @@ import torch
 import torch.serialization
 
 from torchdevice import ledger
+from torchdevice.policy import Standing
 from torchdevice.runtime import Runtime, active
+from torchdevice.transfers import device_object
 
 __all__ = ["GROUP", "install", "installed"]
 
@@ -117,6 +121,51 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
         return _ORIGINAL_GENERATOR(device=rt.place(device, "torch.Generator")[1])
 
 
+_ORIGINAL_MODULE_CUDA = torch.nn.Module.cuda
+_ORIGINAL_MODULE_CPU = torch.nn.Module.cpu
+
+
+def _module_transfer(module: Any, request: object, api: str, standing: Standing) -> Any:
+    """``Module.cuda``/``Module.cpu`` where the policy moves them: one report row.
+
+    Natively each is ``_apply`` of ``Tensor.cuda``/``Tensor.cpu`` on every parameter and
+    buffer, which the report would count once per tensor under ``Tensor.cuda``. Here the
+    call is placed once, at the user's line, under the module's own name, and the tensors
+    then move with ``Module.to`` to a device object standing for the same side (device or
+    host), which the policy leaves where it is: same parameters, same copy semantics.
+    Returns ``None`` where nothing moves, for the caller to run the original.
+    """
+    rt = active()
+    if rt is None or torch.compiler.is_compiling():
+        return None
+    decision, device = rt.place(request, api)
+    if not decision.moved:
+        return None
+    return module.to(device_object(device, standing, distinct=True))
+
+
+@functools.wraps(_ORIGINAL_MODULE_CUDA)
+def module_cuda(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
+    """``Module.cuda`` reported once, as ``Module.cuda``, at the user's line."""
+    if (
+        device is None
+        or isinstance(device, int)
+        or (isinstance(device, (str, torch.device)) and str(device).startswith("cuda"))
+    ):
+        moved = _module_transfer(self, "cuda" if device is None else device, "Module.cuda",
+                                 "device")  # fmt: skip
+        if moved is not None:
+            return moved  # type: ignore[no-any-return]
+    return _ORIGINAL_MODULE_CUDA(self, device)
+
+
+@functools.wraps(_ORIGINAL_MODULE_CPU)
+def module_cpu(self: torch.nn.Module) -> torch.nn.Module:
+    """``Module.cpu`` reported once, as ``Module.cpu``, at the user's line."""
+    moved = _module_transfer(self, "cpu", "Module.cpu", "host")
+    return _ORIGINAL_MODULE_CPU(self) if moved is None else moved
+
+
 _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
     (torch, "load", _ORIGINAL_LOAD, load),
     (torch.serialization, "load", _ORIGINAL_LOAD, load),
@@ -124,6 +173,8 @@ _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
     (torch.nested, "nested_tensor", _ORIGINAL_NESTED, nested_tensor),
     (torch.nested, "as_nested_tensor", _ORIGINAL_AS_NESTED, as_nested_tensor),
     (torch, "range", _ORIGINAL_RANGE, range_),
+    (torch.nn.Module, "cuda", _ORIGINAL_MODULE_CUDA, module_cuda),
+    (torch.nn.Module, "cpu", _ORIGINAL_MODULE_CPU, module_cpu),
 )
 
 

@@ -55,13 +55,17 @@ def _real(device: torch.device) -> Standing:
     return "host" if device.type == "cpu" else "device"
 
 
-def device_object(device: torch.device, stands_for: Standing | None) -> torch.device:
+def device_object(
+    device: torch.device, stands_for: Standing | None, *, distinct: bool = False
+) -> torch.device:
     """``device`` as the object to hand to user code for a request standing for ``stands_for``.
 
     The same object where the real device is what the request stands for; else an equal,
-    distinct object that :func:`requested` recognises.
+    distinct object that :func:`requested` recognises. ``distinct`` asks for the remembered
+    object in every case, for a device handed on inside torchdevice whose type the policy
+    may not know (a simulated accelerator's), so its standing is not read off its value.
     """
-    if stands_for is None or _real(device) == stands_for:
+    if stands_for is None or (not distinct and _real(device) == stands_for):
         return device
     key = (device.type, device.index, stands_for)
     found = _objects.get(key)
