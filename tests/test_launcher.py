@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import torchdevice
 from torchdevice.host import probe_host
 from torchdevice.policy import decide
 
@@ -331,6 +332,51 @@ def test_no_script_is_a_usage_error():
     assert result.returncode == 2
     assert "usage:" in result.stderr
     assert "SCRIPT" in result.stderr
+
+
+def test_version_help_and_subcommand_help():
+    version = ok(run("--version"))
+    assert version.stdout.strip().startswith(f"torchdevice {torchdevice.__version__} ")
+    top = ok(run("--help"))
+    for command in ("run", "info", "compare"):
+        assert f"    {command} " in top.stdout, top.stdout
+    info_help = ok(run("info", "--help"))
+    assert info_help.stdout.startswith("usage: python -m torchdevice info [-h]")
+    assert "host: " not in info_help.stdout  # help, not the command itself
+
+
+def test_uncaught_exception_shows_only_the_scripts_frames(tmp_path):
+    script = write(
+        tmp_path / "nested.py",
+        """\
+        def inner():
+            raise ValueError("deep")
+
+
+        inner()
+        """,
+    )
+    result = run("--no-report", script)
+    assert result.returncode == 1
+    frames = [
+        line.strip() for line in result.stderr.splitlines() if line.strip().startswith("File ")
+    ]
+    assert frames == [
+        f'File "{script}", line 5, in <module>',
+        f'File "{script}", line 2, in inner',
+    ], result.stderr
+
+
+@pytest.mark.parametrize("where", ["missing-dir", "directory"])
+def test_report_path_that_cannot_be_written_fails_before_the_script(tmp_path, where):
+    marker = tmp_path / "ran"
+    script = write(tmp_path / "marks.py", f"open({str(marker)!r}, 'w').close()\n")
+    target = tmp_path / "no" / "such" / "r.json" if where == "missing-dir" else tmp_path
+    result = run("--report", target, script)
+    assert result.returncode == 2
+    assert f"cannot write the report to {target}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not marker.exists()  # the script never started
 
 
 @pytest.fixture(scope="module")

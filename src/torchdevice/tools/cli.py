@@ -7,6 +7,10 @@
     torchdevice run [OPTIONS] SCRIPT [ARGS...]          # the same
     torchdevice info                                    # host, policy table, versions
     torchdevice compare [--output DIR] [PYTEST ARGS...] # tests native vs redirected
+    torchdevice --version
+
+``run`` is the default: a first argument that is no subcommand is the script. Each
+subcommand has its own ``--help``.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--keep-cpu", action="store_true",
                         help="explicit 'cpu' requests stay on the CPU")  # fmt: skip
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="level of the 'torchdevice' logger (default: WARNING)")  # fmt: skip
+                        help="level of the 'torchdevice' logger (default: left to the "
+                        "application's logging configuration)")  # fmt: skip
     parser.add_argument("--host", choices=["cpu", "mps", "cuda"],
                         help="force the host kind instead of probing: cpu, or a device "
                         "this machine has")  # fmt: skip
@@ -72,6 +77,11 @@ def _run(argv: Sequence[str], prog: str) -> int:
     except SettingsError as exc:
         parser.exit(2, f"{prog}: error: {exc}\n")
     report_path = ns.report if ns.report is not None else settings.report_path
+    if report_path is not None and not ns.no_report:
+        problem = _unwritable(report_path)
+        if problem:  # found now, not after a long run that then loses its report
+            parser.exit(2, f"{prog}: error: cannot write the report to {report_path}: "
+                        f"{problem}\n")  # fmt: skip
     if ns.module:
         launcher.run_module(ns.module, rest, options=options, report_path=report_path,
                             quiet=ns.no_report)  # fmt: skip
@@ -84,6 +94,18 @@ def _run(argv: Sequence[str], prog: str) -> int:
     else:
         parser.error("a SCRIPT or -m MODULE is required")
     return 0
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the report cannot be written to ``path`` (``None``: it can), without writing."""
+    if path.is_dir():
+        return "it is a directory"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "permission denied"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"no directory {str(parent)!r}"
+    return None if os.access(parent, os.W_OK | os.X_OK) else f"{str(parent)!r} is not writable"
 
 
 def _split(
@@ -129,21 +151,54 @@ def info(host: Host | None = None) -> str:
     return "\n".join(lines)
 
 
+#: The subcommands and their one-line help, for ``torchdevice --help``.
+_COMMANDS = {
+    "run": "run a script (or -m MODULE) redirected, then print the migration report "
+    "(the default: `torchdevice SCRIPT` is `torchdevice run SCRIPT`)",
+    "info": "show the host, the policy as it applies here, and versions",
+    "compare": "run a test suite natively and redirected and report the difference",
+}
+
+
+def _top_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser that documents the command as a whole (dispatch is by first word)."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run PyTorch code written for one accelerator on the one this host has.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(title="subcommands", metavar="COMMAND")
+    for name, summary in _COMMANDS.items():
+        commands.add_parser(name, help=summary)
+    return parser
+
+
+def _version() -> str:
+    return f"torchdevice {__version__} (Python {platform.python_version()})"
+
+
+def _info(argv: Sequence[str], prog: str) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=_COMMANDS["info"].capitalize() + ".")
+    parser.parse_args(list(argv))
+    print(info())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
-    """Entry point of the ``torchdevice`` console script."""
+    """Entry point of the ``torchdevice`` console script and ``python -m torchdevice``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["info"]:
-        print(info())
-        return 0
-    if args[:1] == ["run"]:
-        return _run(args[1:], f"{prog} run")
-    if args[:1] == ["compare"]:
+    if args[:1] in (["-h"], ["--help"], ["--version"]) or not args:
+        if not args:  # as argparse does for a missing required argument
+            _top_parser(prog).print_usage(sys.stderr)
+            print(f"{prog}: error: a SCRIPT, -m MODULE or subcommand is required",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        _top_parser(prog).parse_args(args)  # prints help or the version, and exits 0
+    command, rest = (args[0], args[1:]) if args[0] in _COMMANDS else ("run", args)
+    if command == "info":
+        return _info(rest, f"{prog} info")
+    if command == "compare":
         from torchdevice.tools import compare  # noqa: PLC0415 - only this subcommand needs it
 
-        return compare.main(args[1:], f"{prog} compare")
-    if args[:1] in (["-h"], ["--help"]):
-        _run_parser(prog).print_help()
-        print("\nsubcommands: run SCRIPT [ARGS...] (the default), info, "
-              "compare [--output DIR] [PYTEST ARGS...]")  # fmt: skip
-        return 0
-    return _run(args, prog)
+        return compare.main(rest, f"{prog} compare")
+    return _run(rest, f"{prog} run" if args[0] == "run" else prog)

@@ -85,7 +85,9 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
         with _argv(argv, path0):
             target()
     except Exception as exc:  # reported below exactly as Python would
-        sys.excepthook(type(exc), exc, _script_traceback(exc.__traceback__))
+        # Also set on the exception: 3.11+ print ``exc.__traceback__``, not the argument.
+        tb = _script_traceback(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         raise SystemExit(1) from None
 
 
