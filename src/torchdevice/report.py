@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from torchdevice.callsite import CallSite, site_of
 
@@ -91,7 +91,7 @@ class Entry:
             raise ValueError(f"unknown event kind {kind!r} in a migration report entry")
         return cls(
             CallSite(str(raw["file"]), int(raw["line"]), str(raw["function"])),
-            kind,  # type: ignore[arg-type]  # checked against _KINDS above
+            cast(EventKind, kind),  # checked against _KINDS above
             str(raw["api"]),
             str(raw["requested"]),
             str(raw["decided"]),
