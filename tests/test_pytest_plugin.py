@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from torchdevice.tools.pytest_plugin import merge_reports
+from torchdevice.report import MigrationReport, merge
 
 pytest_plugins = ("pytester",)
 
@@ -263,7 +263,9 @@ def test_xdist_workers_are_redirected_and_reports_merged(pytester: pytest.Pytest
     assert workers == {"gw0", "gw1"}
     text = (pytester.path / "out" / "report.txt").read_text().splitlines()
     assert text[0].startswith("torchdevice migration report (cpu host, ")
-    assert text[0].endswith("): 5 call(s) redirected at 3 call site(s)")
+    # the controller and its two workers, each counted once (no part file on top of the
+    # report a worker sends through xdist)
+    assert text[0].endswith("): 5 call(s) redirected at 3 call site(s) in 3 processes")
     assert sorted(line.split(": ", 1)[1].split(" ->")[0] for line in text[1:]) == [
         "torch.ones(cuda)",
         "torch.randn(cuda)",
@@ -277,9 +279,10 @@ def test_merge_adds_counts_of_the_same_call_site() -> None:
                 "api": "torch.ones", "requested": "cuda", "decided": "cpu:0",
                 "reason": "why", "count": count}  # fmt: skip
 
-    merged = merge_reports(
-        [{"entries": [entry(1, 2), entry(2, 1)]}, {"entries": [entry(1, 3)]}, {}], "cpu host"
-    )
+    raw = [{"entries": [entry(1, 2), entry(2, 1)]}, {"entries": [entry(1, 3)], "ranks": [1]}, {}]
+    merged = merge([MigrationReport.from_dict(r) for r in raw], "cpu host")
     assert [(e.site.lineno, e.count) for e in merged.entries] == [(1, 5), (2, 1)]
     assert merged.total == 6
     assert merged.host == "cpu host"
+    assert (merged.processes, merged.ranks) == (3, (1,))
+    assert MigrationReport.from_dict(merged.to_dict()) == merged

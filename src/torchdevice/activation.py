@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, patches, threads
+from torchdevice import ledger, mode, patches, report_parts, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, HostKind, forced_host, probe_host
@@ -98,6 +98,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
+        report_parts.start(_own_report)  # one report for the run's processes
         return
     runtime_module.set_active(runtime)
     _options = options
@@ -198,8 +199,8 @@ def set_cpu_override(on: bool) -> None:
         rt.set_cpu_override(on)
 
 
-def report() -> MigrationReport:
-    """The migration report of this process so far (all activations)."""
+def _own_report() -> MigrationReport:
+    """This process's own records (all activations), without other processes' parts."""
     rt = runtime_module.active()
     if rt is not None:
         return rt.report()
@@ -207,6 +208,17 @@ def report() -> MigrationReport:
     return _recorder.report(f"{host.kind} host, {host.device_name()}")
 
 
+def report() -> MigrationReport:
+    """The migration report so far: this process's, all activations.
+
+    In the process that started a run (see :mod:`torchdevice.report_parts`), the report
+    of every process of the run that has exited so far is merged in: counts of a call
+    site add up, and ``processes``/``ranks`` count them.
+    """
+    return report_parts.combined(_own_report())
+
+
 def reset_report() -> None:
-    """Start a new migration report."""
+    """Start a new migration report (the other processes' parts collected so far too)."""
     _recorder.clear()
+    report_parts.reset()

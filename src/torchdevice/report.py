@@ -4,6 +4,8 @@ Every redirect is recorded against the user's call site. A call site is logged o
 INFO on the ``torchdevice`` logger, as a record made at that line: :mod:`torchdevice.logs`)
 and counted every time; :func:`Recorder.report` turns
 the counts into the migration report: the lines a user would change to port by hand.
+Reports of several processes combine with :func:`merge` (the pytest plugin's xdist
+workers, and the parts :mod:`torchdevice.report_parts` collects from a run's children).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from torchdevice.callsite import CallSite, site_of
 from torchdevice.logs import at_site
@@ -31,9 +33,11 @@ __all__ = [
     "MigrationReport",
     "Recorder",
     "api_name",
+    "merge",
 ]
 
 EventKind = Literal["redirect", "fallback", "override", "dtype"]
+_KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,22 @@ class Entry:
             "count": self.count,
         }
 
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Entry:
+        """The entry :meth:`as_dict` wrote (read back from another process's report)."""
+        kind = str(raw["kind"])
+        if kind not in _KINDS:
+            raise ValueError(f"unknown event kind {kind!r} in a migration report entry")
+        return cls(
+            CallSite(str(raw["file"]), int(raw["line"]), str(raw["function"])),
+            cast(EventKind, kind),  # checked against _KINDS above
+            str(raw["api"]),
+            str(raw["requested"]),
+            str(raw["decided"]),
+            str(raw["reason"]),
+            int(raw["count"]),
+        )
+
 
 def _display_path(filename: str) -> str:
     """``filename`` relative to the working directory when it lies below it (text only)."""
@@ -74,10 +94,17 @@ def _display_path(filename: str) -> str:
 
 @dataclass(frozen=True)
 class MigrationReport:
-    """Every call site that was redirected or fell back, with counts."""
+    """Every call site that was redirected or fell back, with counts.
+
+    ``processes`` is how many processes' records it holds (1 for one process's own report,
+    more once :func:`merge` combined several); ``ranks`` the distinct ranks among them
+    that were known (``RANK`` or ``LOCAL_RANK`` in their environment).
+    """
 
     host: str
     entries: tuple[Entry, ...]
+    processes: int = 1
+    ranks: tuple[int, ...] = ()
 
     @property
     def total(self) -> int:
@@ -90,20 +117,46 @@ class MigrationReport:
             "host": self.host,
             "total_calls": self.total,
             "call_sites": len(self.entries),
+            "processes": self.processes,
+            "ranks": list(self.ranks),
             "entries": [entry.as_dict() for entry in self.entries],
         }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> MigrationReport:
+        """The report :meth:`to_dict` wrote; fields a writer left out take their defaults."""
+        return cls(
+            str(raw.get("host", "")),
+            tuple(Entry.from_dict(entry) for entry in raw.get("entries", ())),
+            int(raw.get("processes", 1)),
+            tuple(sorted({int(rank) for rank in raw.get("ranks", ())})),
+        )
 
     def to_json(self) -> str:
         """The report as indented JSON."""
         return json.dumps(self.to_dict(), indent=2)
 
+    def _processes_text(self) -> str:
+        """`` in 3 processes (ranks 0, 1)`` for a merged report; nothing for one process."""
+        if self.processes == 1 and not self.ranks:
+            return ""
+        text = f" in {self.processes} process{'es' if self.processes != 1 else ''}"
+        if self.ranks:
+            text += f" (rank{'s' if len(self.ranks) != 1 else ''} "
+            text += ", ".join(str(rank) for rank in self.ranks) + ")"
+        return text
+
     def to_text(self) -> str:
         """The report as a table a person reads at the end of a run."""
         if not self.entries:
-            return f"torchdevice migration report ({self.host}): no call was redirected."
+            return (
+                f"torchdevice migration report ({self.host}): no call was redirected"
+                f"{self._processes_text()}."
+            )
         lines = [
             f"torchdevice migration report ({self.host}): "
-            f"{self.total} call(s) redirected at {len(self.entries)} call site(s)",
+            f"{self.total} call(s) redirected at {len(self.entries)} call site(s)"
+            f"{self._processes_text()}",
         ]
         for entry in self.entries:
             site = entry.site
@@ -123,6 +176,40 @@ class MigrationReport:
         path.write_text(text + "\n", encoding="utf-8")
 
 
+#: What the report counts per row: call site, kind, api, requested, decided.
+_Key = tuple[CallSite, EventKind, str, str, str]
+
+
+def _by_count(entries: Iterable[Entry]) -> tuple[Entry, ...]:
+    """Most frequent call sites first, then by file and line (the report's order)."""
+    return tuple(sorted(entries, key=lambda e: (-e.count, e.site.filename, e.site.lineno)))
+
+
+def merge(reports: Iterable[MigrationReport], host: str | None = None) -> MigrationReport:
+    """One report from several processes' reports, as ``coverage combine`` does.
+
+    Counts add up per (call site, kind, api, requested, decided); the first reason seen
+    for a row is kept. ``processes`` add up and ``ranks`` are united. ``host`` defaults to
+    the first report's: the process that merges is the one that started the run.
+    """
+    totals: dict[_Key, int] = {}
+    reasons: dict[_Key, str] = {}
+    processes = 0
+    ranks: set[int] = set()
+    first_host: str | None = None
+    for report in reports:
+        first_host = report.host if first_host is None else first_host
+        processes += report.processes
+        ranks.update(report.ranks)
+        for entry in report.entries:
+            key = (entry.site, entry.kind, entry.api, entry.requested, entry.decided)
+            totals[key] = totals.get(key, 0) + entry.count
+            reasons.setdefault(key, entry.reason)
+    entries = (Entry(*key, reasons[key], count) for key, count in totals.items())
+    label = host if host is not None else first_host or ""
+    return MigrationReport(label, _by_count(entries), max(processes, 1), tuple(sorted(ranks)))
+
+
 _API_NAMES = {"_parse_to": "Module.to", "device": "torch.device"}
 
 
@@ -135,9 +222,6 @@ def api_name(func: Callable[..., Any]) -> str:
     if qualname.startswith(("TensorBase.", "Tensor.")):
         return "Tensor." + name
     return f"torch.{name}"
-
-
-_Key = tuple[CallSite, EventKind, str, str, str]
 
 
 class Recorder:
@@ -230,9 +314,8 @@ class Recorder:
             for later, key, *_ in list(self._hits.values()):
                 if later:
                     counts[key] = counts.get(key, 0) + later
-        entries = [
+        entries = (
             Entry(key[0], key[1], key[2], key[3], key[4], reasons[key], count)
             for key, count in counts.items()
-        ]
-        entries.sort(key=lambda e: (-e.count, e.site.filename, e.site.lineno))
-        return MigrationReport(host, tuple(entries))
+        )
+        return MigrationReport(host, _by_count(entries))

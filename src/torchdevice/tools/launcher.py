@@ -3,7 +3,9 @@
 The script runs as ``__main__`` with the ``sys.argv``, ``__file__`` and ``sys.path[0]`` it
 would have had if started directly; its exit code and exceptions come through unchanged.
 The migration report is printed to stderr (or written to a file) when it ends, whichever
-way it ends.
+way it ends; it includes the reports of the child processes of the run that have ended
+(:mod:`torchdevice.report_parts`). A launcher started by another redirected process
+leaves the reporting to that process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation
+from torchdevice import activation, report_parts
 
 __all__ = ["run_module", "run_script"]
 
@@ -44,6 +46,9 @@ def _argv(argv: list[str], path0: str) -> Iterator[None]:
 
 
 def _emit_report(report_path: Path | None, stream: TextIO) -> None:
+    """Print or write the report, unless another process of the run merges this one's."""
+    if report_parts.role() == "writer":
+        return  # its part goes to the process that started the run, which reports
     report = activation.report()
     if report_path is not None:
         report.write(report_path)

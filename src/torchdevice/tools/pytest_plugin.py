@@ -13,7 +13,9 @@ Registered through the ``pytest11`` entry point, so an installed torchdevice add
 ``--torchdevice-report PATH``
     write the migration report at the end of the session (JSON if ``PATH`` ends in
     ``.json``, text otherwise). Under pytest-xdist every worker sends its report to the
-    controller, which merges them (counts of identical call sites add up) into one file.
+    controller, which merges them (:func:`torchdevice.report.merge`: counts of identical
+    call sites add up) into one file, with the parts of other child processes
+    (:mod:`torchdevice.report_parts`).
 fixture ``torchdevice``
     redirects the one test that asks for it and restores torch after it; yields the active
     :class:`~torchdevice.runtime.Runtime`.
@@ -41,15 +43,15 @@ import dataclasses
 import os
 import sys
 from collections import Counter
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from torchdevice.callsite import CallSite
-from torchdevice.report import Entry, EventKind, MigrationReport
+from torchdevice import report_parts
+from torchdevice.report import MigrationReport, merge
 
 if TYPE_CHECKING:
     from torchdevice.runtime import Runtime
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MARKER",
     "REPORT_KEY",
-    "merge_reports",
     "pytest_addoption",
     "pytest_configure",
     "pytest_load_initial_conftests",
@@ -249,26 +250,6 @@ def torchdevice_fixture() -> Iterator[Runtime]:
 
 
 # -- the migration report ------------------------------------------------------------
-def merge_reports(reports: list[Mapping[str, Any]], host: str) -> MigrationReport:
-    """One report from several processes' ``to_dict()`` forms: counts of a call site add up."""
-    totals: dict[tuple[CallSite, EventKind, str, str, str], int] = {}
-    reasons: dict[tuple[CallSite, EventKind, str, str, str], str] = {}
-    for report in reports:
-        for raw in report.get("entries", []):
-            key = (
-                CallSite(str(raw["file"]), int(raw["line"]), str(raw["function"])),
-                raw["kind"],
-                str(raw["api"]),
-                str(raw["requested"]),
-                str(raw["decided"]),
-            )
-            totals[key] = totals.get(key, 0) + int(raw["count"])
-            reasons.setdefault(key, str(raw["reason"]))
-    entries = [Entry(*key, reasons[key], count) for key, count in totals.items()]
-    entries.sort(key=lambda e: (-e.count, e.site.filename, e.site.lineno))
-    return MigrationReport(host, tuple(entries))
-
-
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -284,8 +265,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     own = _activation().report()
     if _is_worker(config):
         config.workeroutput[REPORT_KEY] = own.to_dict()  # type: ignore[attr-defined]
+        report_parts.detach()  # sent to the controller: no part file on top of it
         return
-    merged = merge_reports([own.to_dict(), *state.worker_reports], own.host)
+    workers = [MigrationReport.from_dict(report) for report in state.worker_reports]
+    merged = merge([own, *workers], own.host)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     merged.write(target)
