@@ -9,13 +9,17 @@ reaching ``_parse_to``) walk further up the stack.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
-__all__ = ["CallSite", "caller", "is_internal", "set_entry", "site_of", "user_frame"]
+__all__ = [
+    "CallSite", "Position", "caller", "is_internal", "position_of", "set_entry", "site_of",
+    "user_frame",
+]  # fmt: skip
 
 
 def _package_dir(module_name: str) -> str:
@@ -115,6 +119,29 @@ def caller(entry_depth: int) -> FrameType | None:
     if frame is None or not _entry or frame.f_code is not _entry[0]:
         return _first_user(sys._getframe(1))
     return _first_user(frame.f_back)
+
+
+#: Where a call's expression lies in its file: line, end line, column, end column (columns
+#: are UTF-8 byte offsets, as ``co_positions`` gives them).
+Position = tuple[int, int, int, int]
+
+
+def position_of(frame: FrameType) -> Position | None:
+    """The exact source span of the call ``frame`` is making (3.11+; ``None`` before).
+
+    Python keeps one position per instruction (``code.co_positions()``); the frame's last
+    instruction is the call, so its span covers the call expression the user wrote.
+    """
+    code = frame.f_code
+    if not hasattr(code, "co_positions"):  # 3.10
+        return None
+    found = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None), None)
+    if found is None:
+        return None
+    line, end_line, column, end_column = found
+    if line is None or end_line is None or column is None or end_column is None:
+        return None
+    return (line, end_line, column, end_column)
 
 
 @dataclass(frozen=True, slots=True)

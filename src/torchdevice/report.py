@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-from torchdevice.callsite import CallSite, site_of
+from torchdevice.callsite import CallSite, Position, position_of, site_of
 from torchdevice.logs import at_site
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ __all__ = [
     "merge",
 ]
 
-EventKind = Literal["redirect", "fallback", "override", "dtype"]
+#: ``device-api``: a call of a device's own module (``torch.cuda.synchronize()``...) that
+#: the facade answered; the others are decisions and rules (docs/report.md).
+EventKind = Literal["redirect", "fallback", "override", "dtype", "device-api"]
 _KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
 
@@ -51,6 +53,8 @@ class Entry:
     decided: str
     reason: str
     count: int
+    #: The exact spans of the calls made at this site (3.11+), for ``torchdevice port``.
+    positions: tuple[Position, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -64,6 +68,7 @@ class Entry:
             "decided": self.decided,
             "reason": self.reason,
             "count": self.count,
+            "positions": [list(position) for position in self.positions],
         }
 
     @classmethod
@@ -80,7 +85,17 @@ class Entry:
             str(raw["decided"]),
             str(raw["reason"]),
             int(raw["count"]),
+            _positions(raw.get("positions", ())),
         )
+
+
+def _positions(raw: Iterable[Iterable[int]]) -> tuple[Position, ...]:
+    """Positions read back from JSON, sorted, each a 4-tuple of ints."""
+    spans = set()
+    for span in raw:
+        line, end_line, column, end_column = (int(value) for value in span)
+        spans.add((line, end_line, column, end_column))
+    return tuple(sorted(spans))
 
 
 def _display_path(filename: str) -> str:
@@ -194,6 +209,7 @@ def merge(reports: Iterable[MigrationReport], host: str | None = None) -> Migrat
     """
     totals: dict[_Key, int] = {}
     reasons: dict[_Key, str] = {}
+    spans: dict[_Key, set[Position]] = {}
     processes = 0
     ranks: set[int] = set()
     first_host: str | None = None
@@ -205,7 +221,10 @@ def merge(reports: Iterable[MigrationReport], host: str | None = None) -> Migrat
             key = (entry.site, entry.kind, entry.api, entry.requested, entry.decided)
             totals[key] = totals.get(key, 0) + entry.count
             reasons.setdefault(key, entry.reason)
-    entries = (Entry(*key, reasons[key], count) for key, count in totals.items())
+            spans.setdefault(key, set()).update(entry.positions)
+    entries = (
+        Entry(*key, reasons[key], count, tuple(sorted(spans[key]))) for key, count in totals.items()
+    )
     label = host if host is not None else first_host or ""
     return MigrationReport(label, _by_count(entries), max(processes, 1), tuple(sorted(ranks)))
 
@@ -240,6 +259,7 @@ class Recorder:
     def __init__(self) -> None:
         self._counts: dict[_Key, int] = {}
         self._reasons: dict[_Key, str] = {}
+        self._positions: dict[_Key, set[Position]] = {}
         # (code id, instruction offset, api id, decision id) -> [later hits, report key,
         # code, api, decision]: holding the objects keeps their ids from being reused.
         self._hits: dict[tuple[int, int, int, int], list[Any]] = {}
@@ -275,8 +295,9 @@ class Recorder:
         requested = "none" if decision.requested is None else str(decision.requested)
         name = api if isinstance(api, str) else api_name(api)
         return self.record(
-            site_of(frame), kind, name, requested, str(decision.device), decision.reason
-        )
+            site_of(frame), kind, name, requested, str(decision.device), decision.reason,
+            None if frame is None else position_of(frame),
+        )  # fmt: skip
 
     def record(
         self,
@@ -286,14 +307,18 @@ class Recorder:
         requested: str,
         decided: str,
         reason: str,
+        position: Position | None = None,
     ) -> _Key:
-        """Count one event at ``site``; log it the first time this key is seen."""
+        """Count one event at ``site`` (at ``position`` in its line, when known); log it
+        the first time this key is seen."""
         key = (site, kind, api, requested, decided)
         with self._lock:
             count = self._counts.get(key)
             self._counts[key] = 1 if count is None else count + 1
             if count is None:
                 self._reasons[key] = reason
+            if position is not None:
+                self._positions.setdefault(key, set()).add(position)
         if count is None:
             message = "%s: %s(%s) -> %s (%s)"
             at_site(logging.INFO, site, message, site, api, requested, decided, reason)
@@ -304,6 +329,7 @@ class Recorder:
         with self._lock:
             self._counts.clear()
             self._reasons.clear()
+            self._positions.clear()
             self._hits.clear()
 
     def report(self, host: str) -> MigrationReport:
@@ -311,11 +337,12 @@ class Recorder:
         with self._lock:
             counts = dict(self._counts)
             reasons = dict(self._reasons)
+            spans = {key: tuple(sorted(found)) for key, found in self._positions.items()}
             for later, key, *_ in list(self._hits.values()):
                 if later:
                     counts[key] = counts.get(key, 0) + later
         entries = (
-            Entry(key[0], key[1], key[2], key[3], key[4], reasons[key], count)
+            Entry(key[0], key[1], key[2], key[3], key[4], reasons[key], count, spans.get(key, ()))
             for key, count in counts.items()
         )
         return MigrationReport(host, _by_count(entries))
