@@ -7,6 +7,7 @@
     torchdevice run [OPTIONS] SCRIPT [ARGS...]          # the same
     torchdevice info                                    # host, policy table, versions
     torchdevice compare [--output DIR] [PYTEST ARGS...] # tests native vs redirected
+    torchdevice port [-o PATCH] (--report REPORT.json | SCRIPT [ARGS...])  # a patch
     torchdevice --version
 
 ``run`` is the default: a first argument that is no subcommand is the script. Each
@@ -157,7 +158,87 @@ _COMMANDS = {
     "(the default: `torchdevice SCRIPT` is `torchdevice run SCRIPT`)",
     "info": "show the host, the policy as it applies here, and versions",
     "compare": "run a test suite natively and redirected and report the difference",
+    "port": "write a patch that makes your files device-agnostic, from a migration report "
+    "(or by running the script redirected)",
 }
+
+
+def _port_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Write a unified diff (for `git apply`) of the edits that make your own "
+        "files device-agnostic with torch.accelerator, torch.Event, torch.autocast(device.type) "
+        "and one `device` per file. Library files are left alone (listed on stderr); what "
+        "cannot be rewritten mechanically gets a `# torchdevice port:` comment saying why. "
+        "See docs/port.md.",
+    )
+    parser.add_argument("--report", type=Path, metavar="REPORT.json",
+                        help="port from this JSON migration report instead of running a script")  # fmt: skip
+    parser.add_argument("-o", "--output", type=Path, metavar="PATCH",
+                        help="write the patch to PATCH (default: stdout)")  # fmt: skip
+    parser.add_argument("--root", type=Path, default=Path("."), metavar="DIR",
+                        help="the directory the patch's paths are relative to, where you run "
+                        "`git apply` (default: the working directory); files outside it are "
+                        "skipped")  # fmt: skip
+    parser.add_argument("script", nargs="?", help="the script to run redirected for its report")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return parser
+
+
+def _port(argv: Sequence[str], prog: str) -> int:
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from torchdevice.report import MigrationReport  # noqa: PLC0415
+    from torchdevice.tools.port import port_report  # noqa: PLC0415 - only this subcommand
+
+    parser = _port_parser(prog)
+    ours, rest = split_leading(
+        list(argv), takes_value={"--report", "-o", "--output", "--root"},
+        is_flag=lambda arg: arg.startswith("-") and arg != "-",
+    )  # fmt: skip
+    ns = parser.parse_args(ours)
+    if (ns.report is None) == (not rest):
+        parser.error("give either --report REPORT.json or a SCRIPT to run, not both")
+    if ns.report is not None:
+        try:
+            raw = json.loads(ns.report.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            parser.exit(2, f"{prog}: error: cannot read the report {str(ns.report)!r}: {exc}\n")
+        report = MigrationReport.from_dict(raw)
+    else:
+        if not Path(rest[0]).exists():
+            parser.exit(2, f"{prog}: can't open file {os.path.abspath(rest[0])!r}: "
+                        "[Errno 2] No such file or directory\n")  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="torchdevice-port-") as tmp:
+            path = Path(tmp) / "report.json"
+            # A child runs it, through the launcher, as `torchdevice run` would: the script's
+            # output goes to stderr so that stdout carries the patch alone.
+            done = subprocess.run(
+                [sys.executable, "-m", "torchdevice", "run", "--report", str(path), *rest],
+                stdout=sys.stderr, check=False,
+            )  # fmt: skip
+            if not path.exists():
+                parser.exit(2, f"{prog}: error: the script wrote no report "
+                            f"(exit status {done.returncode})\n")  # fmt: skip
+            if done.returncode:
+                print(f"{prog}: the script exited with status {done.returncode}; porting the "
+                      "calls it made before that", file=sys.stderr)  # fmt: skip
+            report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    result = port_report(report, ns.root)
+    for filename, why in result.skipped:
+        print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
+    for file in result.files:
+        for note in file.notes:
+            print(f"{prog}: {file.path}: left a comment: {note}", file=sys.stderr)
+    if ns.output is not None:
+        ns.output.write_text(result.patch, encoding="utf-8")
+    else:
+        sys.stdout.write(result.patch)
+    changed = sum(file.changed for file in result.files)
+    print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
+    return 0
 
 
 def _top_parser(prog: str) -> argparse.ArgumentParser:
@@ -197,6 +278,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
     command, rest = (args[0], args[1:]) if args[0] in _COMMANDS else ("run", args)
     if command == "info":
         return _info(rest, f"{prog} info")
+    if command == "port":
+        return _port(rest, f"{prog} port")
     if command == "compare":
         from torchdevice.tools import compare  # noqa: PLC0415 - only this subcommand needs it
 

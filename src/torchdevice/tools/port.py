@@ -1,0 +1,650 @@
+"""``torchdevice port``: the migration report turned into a patch.
+
+The report knows every call the code made to a device-specific API, and the exact source
+span of each (``co_positions`` of the call instruction, 3.11+). This module takes a file's
+source text and its report entries and returns the device-agnostic source: pure functions,
+no torch, no process state, so each rule is a unit test over a string.
+
+How a span is read: the whole file is parsed once with :mod:`ast`, and a report position
+is matched to the :class:`ast.Call` node with exactly that span (``ast`` columns are UTF-8
+byte offsets, as ``co_positions``' are). Edits are made to the smallest node that has to
+change (a device argument, the ``.cuda`` attribute, a function name), never by a regex
+over the file; an edit inside a larger edit (a ``torch.device("cuda")`` passed as an
+argument that is replaced as a whole) is dropped, so edits never overlap.
+
+What cannot be rewritten mechanically is not guessed at: a ``# torchdevice port: ...``
+comment line goes above the statement and says why (see docs/port.md for the list).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchdevice.report import Entry, MigrationReport
+
+__all__ = [
+    "DEVICE_EXPRESSION",
+    "FilePort",
+    "PortResult",
+    "is_library_file",
+    "port_report",
+    "port_source",
+    "unified_diff",
+]
+
+#: The one device a ported file uses: the accelerator this host has, else the CPU.
+DEVICE_EXPRESSION = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+
+#: Prefix of every comment the port writes.
+MARK = "# torchdevice port:"
+
+#: Names tried, in order, for the module-level device variable (the first one free).
+_DEVICE_NAMES = ("device", "target_device", "torch_device")
+
+#: A device a string literal names that the port replaces by the device variable.
+_DEVICE_LITERAL = re.compile(r"(cuda|mps|xpu)(:\d+)?")
+
+#: ``torch.cuda.X`` -> its device-agnostic replacement (``{device}``: the device variable).
+_FACADE_FUNCTIONS: dict[str, str] = {
+    "is_available": "torch.accelerator.is_available",
+    "device_count": "torch.accelerator.device_count",
+    "current_device": "torch.accelerator.current_device_index",
+    "set_device": "torch.accelerator.set_device_index",
+    "device": "torch.accelerator.device_index",
+    # torch.accelerator.synchronize() raises on a host without an accelerator; the device
+    # module of the chosen device (torch.cpu there) synchronizes everywhere.
+    "synchronize": "torch.get_device_module({device}).synchronize",
+    "memory_allocated": "torch.accelerator.memory_allocated",
+    "max_memory_allocated": "torch.accelerator.max_memory_allocated",
+    "memory_reserved": "torch.accelerator.memory_reserved",
+    "max_memory_reserved": "torch.accelerator.max_memory_reserved",
+    "memory_stats": "torch.accelerator.memory_stats",
+    "empty_cache": "torch.accelerator.empty_cache",
+    "reset_peak_memory_stats": "torch.accelerator.reset_peak_memory_stats",
+    "reset_accumulated_memory_stats": "torch.accelerator.reset_accumulated_memory_stats",
+    "mem_get_info": "torch.accelerator.get_memory_info",
+    "manual_seed": "torch.manual_seed",
+    "manual_seed_all": "torch.manual_seed",
+    "seed": "torch.seed",
+    "seed_all": "torch.seed",
+    "initial_seed": "torch.initial_seed",
+    "Event": "torch.Event",
+    "Stream": "torch.Stream",
+    "current_stream": "torch.accelerator.current_stream",
+    "set_stream": "torch.accelerator.set_stream",
+}
+
+#: Facade calls rewritten, whose meaning changes off the accelerator: the note says how.
+_FACADE_CAVEATS: dict[str, str] = {
+    "memory": "torch.accelerator's memory statistics raise on a host without an "
+    "accelerator; guard with torch.accelerator.is_available() if this must run on the CPU",
+    "current_device": "torch.accelerator.current_device_index() raises on a host without "
+    "an accelerator",
+    "set_device": "torch.accelerator.set_device_index() raises on a host without an accelerator",
+    "device": "torch.accelerator.device_index() raises on a host without an accelerator",
+    "Event": "torch.Event has no CPU backend: timing with events needs an accelerator",
+    "current_stream": "torch.accelerator.current_stream() raises on a host without an "
+    "accelerator",
+    "set_stream": "torch.accelerator.set_stream() raises on a host without an accelerator",
+}
+
+#: ``torch.cuda.X`` with no device-agnostic equivalent: why, for the comment.
+_FACADE_NO_EQUIVALENT: dict[str, str] = {
+    "get_device_properties": "device properties (total_memory, multi_processor_count, "
+    "major/minor) have no device-agnostic API",
+    "get_device_capability": "a compute capability is CUDA's notion; there is no "
+    "device-agnostic one",
+    "is_bf16_supported": "bfloat16 support has no device-agnostic query",
+    "memory_summary": "memory_summary() is CUDA's allocator report; no device-agnostic one",
+    "get_rng_state": "per-device RNG state: torch.get_device_module(device).get_rng_state "
+    "where the device module has one (the CPU's is torch.get_rng_state)",
+    "set_rng_state": "per-device RNG state: torch.get_device_module(device).set_rng_state "
+    "where the device module has one (the CPU's is torch.set_rng_state)",
+}
+
+_MEMORY = frozenset(
+    {"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+     "memory_stats", "empty_cache", "reset_peak_memory_stats",
+     "reset_accumulated_memory_stats", "mem_get_info"}
+)  # fmt: skip
+
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+@dataclass(frozen=True, order=True)
+class _Edit:
+    """Replace ``source[start:end]`` (UTF-8 byte offsets) by ``text``."""
+
+    start: int
+    end: int
+    text: str = field(compare=False)
+
+
+@dataclass(frozen=True)
+class FilePort:
+    """One file ported: its old and new text and the comments the port left in it."""
+
+    path: str
+    old: str
+    new: str
+    notes: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        """Whether the port changes this file."""
+        return self.old != self.new
+
+
+@dataclass(frozen=True)
+class PortResult:
+    """A report ported: the patch, the files in it, and the files it left alone (why)."""
+
+    patch: str
+    files: tuple[FilePort, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+class _Source:
+    """A file's text, its byte offsets per line and its syntax tree, with parents."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.data = text.encode("utf-8")
+        self.tree = ast.parse(text)
+        self.line_starts = [0]
+        for line in self.data.splitlines(keepends=True):
+            self.line_starts.append(self.line_starts[-1] + len(line))
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.calls: dict[tuple[int, int, int, int], ast.Call] = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+            if isinstance(node, ast.Call) and node.end_lineno is not None:
+                span = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset or 0)
+                self.calls[span] = node
+
+    def offset(self, line: int, column: int) -> int:
+        """Byte offset of (1-based line, byte column)."""
+        return self.line_starts[line - 1] + column
+
+    def start(self, node: ast.AST) -> int:
+        return self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+
+    def end(self, node: ast.AST) -> int:
+        return self.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+
+    def segment(self, node: ast.AST) -> str:
+        return self.data[self.start(node) : self.end(node)].decode("utf-8")
+
+    def line_start(self, line: int) -> int:
+        return self.line_starts[line - 1]
+
+    def indent(self, line: int) -> str:
+        raw = self.data[self.line_starts[line - 1] : self.line_starts[line]].decode("utf-8")
+        return raw[: len(raw) - len(raw.lstrip())]
+
+    def statement(self, node: ast.AST) -> ast.stmt:
+        """The statement that holds ``node``."""
+        while not isinstance(node, ast.stmt):
+            node = self.parents[node]
+        return node
+
+    def in_function(self, node: ast.AST) -> bool:
+        while node in self.parents:
+            node = self.parents[node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return True
+        return False
+
+
+def _dotted(node: ast.AST) -> str:
+    """``torch.cuda.synchronize`` for that attribute chain; ``""`` for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _is_device_literal(node: ast.AST) -> bool:
+    """``"cuda"``, ``"cuda:0"``, ``0`` or ``torch.device("cuda"[, 0])``: a device we replace."""
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, str):
+            return _DEVICE_LITERAL.fullmatch(node.value) is not None
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Call) and _dotted(node.func) == "torch.device" and node.args:
+        return all(_is_device_literal(arg) for arg in node.args) and isinstance(
+            node.args[0], ast.Constant
+        ) and isinstance(node.args[0].value, str)
+    return False
+
+
+def _keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    return next((kw for kw in call.keywords if kw.arg == name), None)
+
+
+class _Porter:
+    """The rules, applied to one file (see the module docstring and docs/port.md)."""
+
+    def __init__(self, source: _Source) -> None:
+        self.src = source
+        self.edits: list[_Edit] = []
+        self.notes: dict[int, list[str]] = {}  # statement's first line -> comments
+        self.uses_device = False
+        self.module_binding: ast.Assign | None = None
+        self.var = self._choose_name()
+
+    # -- the device variable -------------------------------------------------------------
+
+    def _replaceable_binding(self, node: ast.AST) -> bool:
+        """``device = torch.device("cuda")``: a binding the port rewrites or removes."""
+        return (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and _is_device_literal(node.value)
+            and isinstance(node.value, ast.Call)
+        )
+
+    def _choose_name(self) -> str:
+        """The first of :data:`_DEVICE_NAMES` that nothing else in the file binds."""
+        bound: dict[str, list[ast.AST]] = {}
+        for node in ast.walk(self.src.tree):
+            names: list[str] = []
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names = [node.id]
+            elif isinstance(node, ast.arg):
+                names = [node.arg]
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.alias):
+                names = [(node.asname or node.name).split(".")[0]]
+            for name in names:
+                bound.setdefault(name, []).append(node)
+        for name in _DEVICE_NAMES:
+            others = [
+                node
+                for node in bound.get(name, ())
+                if not self._replaceable_binding(self.src.parents.get(node, node))
+            ]
+            if not others:
+                return name
+        return "_torchdevice_port_device"
+
+    def device(self) -> str:
+        self.uses_device = True
+        return self.var
+
+    # -- edits and notes ------------------------------------------------------------------
+
+    def replace(self, node: ast.AST, text: str) -> None:
+        self.edits.append(_Edit(self.src.start(node), self.src.end(node), text))
+
+    def insert(self, offset: int, text: str) -> None:
+        self.edits.append(_Edit(offset, offset, text))
+
+    def note(self, node: ast.AST, text: str) -> None:
+        line = self.src.statement(node).lineno
+        if text not in self.notes.setdefault(line, []):
+            self.notes[line].append(text)
+
+    def remove_statement(self, statement: ast.stmt, why: str | None) -> None:
+        start = self.src.line_start(statement.lineno)
+        end = self.src.line_start((statement.end_lineno or statement.lineno) + 1)
+        text = f"{self.src.indent(statement.lineno)}{MARK} {why}\n" if why else ""
+        self.edits.append(_Edit(start, end, text))
+
+    def device_argument(self, node: ast.AST, *, as_type: bool = False) -> None:
+        """Make the device argument ``node`` the device variable (or say why not)."""
+        if _is_device_literal(node):
+            self.replace(node, self.device() + (".type" if as_type else ""))
+        elif isinstance(node, ast.Name) and node.id == self.var:
+            if as_type:
+                self.replace(node, self.device() + ".type")
+        elif isinstance(node, ast.Constant) and node.value in ("cpu", None):
+            pass  # asks for the CPU: already device-agnostic code
+        else:
+            self.note(
+                node,
+                f"the device here is `{self.src.segment(node)}`, set elsewhere: make it "
+                f"`{self.var}`{' (its .type)' if as_type else ''} where it is defined",
+            )
+
+    def call_paren(self, call: ast.Call) -> int:
+        """Byte offset just after the call's opening parenthesis."""
+        offset = self.src.end(call.func)
+        while self.src.data[offset : offset + 1] != b"(":
+            offset += 1
+        return offset + 1
+
+    def prepend_argument(self, call: ast.Call, text: str) -> None:
+        rest = ", " if call.args or call.keywords else ""
+        self.insert(self.call_paren(call), text + rest)
+
+    # -- the rules, by API ----------------------------------------------------------------
+
+    def port(self, entry: Entry, call: ast.Call) -> None:
+        api = entry.api
+        if entry.kind == "dtype" or api == "Tensor.type":
+            self.note(call, "a legacy typed tensor (torch.cuda.FloatTensor...): use "
+                      f".to({self.var}, dtype) or a factory with dtype= and device=")  # fmt: skip
+        elif api in ("Tensor.cuda", "Module.cuda"):
+            self.port_cuda_method(call)
+        elif api in ("Tensor.to", "Module.to"):
+            self.port_to(call)
+        elif api == "torch.device":
+            self.port_torch_device(call)
+        elif api == "torch.load":
+            self.port_load(call)
+        elif api in ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"):
+            self.port_amp(call, "torch.autocast", "device_type")
+        elif api in ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler"):
+            self.port_amp(call, "torch.amp.GradScaler", "device")
+        elif api == "torch.distributed.init_process_group":
+            self.port_backend(call)
+        elif api.startswith(("torch.cuda.", "torch.mps.")):
+            self.port_facade(api.split(".", 2)[2], call)
+        else:  # factories, torch.Generator, random ops: a device= argument
+            argument = _keyword(call, "device")
+            if argument is not None:
+                self.device_argument(argument.value)
+            elif api == "torch.Generator" and call.args:
+                self.device_argument(call.args[0])
+            else:
+                self.note(call, f"{api} is given its device in a way the port cannot see")
+
+    def port_cuda_method(self, call: ast.Call) -> None:
+        if not isinstance(call.func, ast.Attribute):
+            self.note(call, "a .cuda() call through an alias: use .to(device)")
+            return
+        self.edits.append(
+            _Edit(self.src.end(call.func.value), self.src.end(call.func), ".to")
+        )  # `.cuda` -> `.to` (the receiver and the arguments are edited apart)
+        positional = call.args[0] if call.args else None
+        keyword = _keyword(call, "device")
+        if positional is not None:
+            self.device_argument(positional)
+        elif keyword is not None:
+            self.device_argument(keyword.value)  # .to(device=...) takes it too
+        else:
+            self.prepend_argument(call, self.device())
+
+    def port_to(self, call: ast.Call) -> None:
+        keyword = _keyword(call, "device")
+        if keyword is not None:
+            self.device_argument(keyword.value)
+        elif call.args:
+            self.device_argument(call.args[0])
+
+    def port_torch_device(self, call: ast.Call) -> None:
+        if not _is_device_literal(call):
+            self.device_argument(call)  # a note: its argument comes from elsewhere
+            return
+        parent = self.src.parents.get(call)
+        if (
+            isinstance(parent, ast.Assign)
+            and self._replaceable_binding(parent)
+            and isinstance(parent.targets[0], ast.Name)
+            and parent.targets[0].id == self.var
+        ):
+            if self.src.in_function(parent):  # `device = torch.device("cuda")` in a function
+                self.remove_statement(parent, None)  # the module-level one is the same device
+                self.uses_device = True
+            elif self.module_binding is None:
+                self.module_binding = parent
+                self.replace(call, DEVICE_EXPRESSION)
+            return
+        self.replace(call, self.device())
+
+    def port_load(self, call: ast.Call) -> None:
+        keyword = _keyword(call, "map_location")
+        if keyword is not None:
+            if isinstance(keyword.value, (ast.Dict, ast.Lambda)):
+                self.note(call, f"map_location is a mapping or function: map to `{self.var}`")
+            else:
+                self.device_argument(keyword.value)
+            return
+        close = self.src.end(call) - 1
+        before = self.src.data[: close].rstrip()
+        comma = "" if before.endswith((b",", b"(")) else ", "
+        self.insert(close, f"{comma}map_location={self.device()}")
+
+    def port_amp(self, call: ast.Call, target: str, keyword_name: str) -> None:
+        if _dotted(call.func) != target and _dotted(call.func).startswith("torch.cuda.amp."):
+            self.replace(call.func, target)  # torch.cuda.amp.X(...) takes no device type
+            self.prepend_argument(call, self.device() + ".type")
+            return
+        keyword = _keyword(call, keyword_name)
+        node = keyword.value if keyword is not None else (call.args[0] if call.args else None)
+        if node is None:
+            self.prepend_argument(call, self.device() + ".type")
+        else:
+            self.device_argument(node, as_type=True)
+
+    def port_backend(self, call: ast.Call) -> None:
+        keyword = _keyword(call, "backend")
+        node = keyword.value if keyword is not None else (call.args[0] if call.args else None)
+        if isinstance(node, ast.Constant) and node.value in ("nccl", "gloo", "mccl", "xccl"):
+            replacement = f"torch.distributed.get_default_backend_for_device({self.device()})"
+            self.replace(node, replacement)
+        elif node is not None:
+            self.note(call, f"the backend `{self.src.segment(node)}` is set elsewhere: use "
+                      f"torch.distributed.get_default_backend_for_device({self.var})")  # fmt: skip
+
+    def port_facade(self, name: str, call: ast.Call) -> None:
+        if name == "is_available" and self.port_guard(call):
+            return
+        if name == "stream" and len(call.args) == 1 and not call.keywords:
+            self.replace(call, self.src.segment(call.args[0]))  # a torch.Stream is a context
+            return
+        if name == "get_device_name":
+            self.replace(call, f"str({self.device()})")
+            self.note(call, "device names have no device-agnostic API: this shows the device")
+            return
+        replacement = _FACADE_FUNCTIONS.get(name)
+        if replacement is None:
+            why = _FACADE_NO_EQUIVALENT.get(name, "no device-agnostic equivalent")
+            self.note(call, f"torch.cuda.{name}(): {why}")
+            return
+        if "{device}" in replacement:
+            replacement = replacement.format(device=self.device())
+        self.replace(call.func, replacement)
+        caveat = _FACADE_CAVEATS.get("memory" if name in _MEMORY else name)
+        if caveat:
+            self.note(call, caveat)
+
+    def port_guard(self, call: ast.Call) -> bool:
+        """Remove ``if not torch.cuda.is_available(): sys.exit(...)`` (or ``raise``).
+
+        Such a guard says "this code needs CUDA"; once ported, it does not: on a host
+        without an accelerator it runs on the CPU. Only an ``if`` whose whole test is the
+        negated call, with no ``else`` and a body that only exits or raises, is removed
+        (and ``assert torch.cuda.is_available()``); any other use keeps its meaning
+        through ``torch.accelerator.is_available()``.
+        """
+        parent = self.src.parents.get(call)
+        if isinstance(parent, ast.Assert) and parent.test is call:
+            self.remove_statement(parent, "removed `assert torch.cuda.is_available()`: the "
+                                  "ported code runs on the CPU when there is no accelerator")  # fmt: skip
+            return True
+        if not (isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)):
+            return False
+        guard = self.src.parents.get(parent)
+        if not (isinstance(guard, ast.If) and guard.test is parent and not guard.orelse):
+            return False
+        for statement in guard.body:
+            if isinstance(statement, ast.Raise):
+                continue
+            if not (
+                isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Call)
+                and _dotted(statement.value.func) in _EXITS
+            ):
+                return False
+        self.remove_statement(guard, "removed a guard that exits without CUDA: the ported "
+                              f"code runs on `{self.var}`, the CPU when there is no accelerator")  # fmt: skip
+        return True
+
+    # -- putting it together --------------------------------------------------------------
+
+    def finish(self) -> list[_Edit]:
+        """The edits, without overlaps, with the device binding and the comments added."""
+        if self.uses_device and self.module_binding is None:
+            self.edits.append(self._device_binding())
+        for line, notes in self.notes.items():
+            offset = self.src.line_start(line)
+            indent = self.src.indent(line)
+            text = "".join(f"{indent}{MARK} {note}\n" for note in notes)
+            self.edits.append(_Edit(offset, offset, text))
+        accepted: list[_Edit] = []
+        for edit in sorted(self.edits, key=lambda e: (e.start, -(e.end - e.start))):
+            if edit.start == edit.end:  # an insertion: inside another edit it is dropped
+                if any(a.start < edit.start < a.end for a in accepted):
+                    continue
+                accepted.append(edit)
+                continue
+            if any(a.start <= edit.start and edit.end <= a.end and a.end > a.start
+                   for a in accepted):  # fmt: skip
+                continue  # within a larger edit, which replaced it as a whole
+            if any(a.start < edit.end and edit.start < a.end and a.end > a.start
+                   for a in accepted):  # fmt: skip
+                continue  # a partial overlap cannot happen with the rules above; be safe
+            accepted.append(edit)
+        return accepted
+
+    def _device_binding(self) -> _Edit:
+        """``device = ...`` after the module's leading imports (and ``import torch``)."""
+        body = self.src.tree.body
+        last_import: ast.stmt | None = None
+        has_torch = False
+        for statement in body:
+            if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                last_import = statement
+                if isinstance(statement, ast.Import) and any(
+                    alias.name == "torch" and alias.asname is None for alias in statement.names
+                ):
+                    has_torch = True
+            elif not (
+                isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            ) and last_import is not None:
+                break
+        text = ("import torch\n" if not has_torch else "") + f"\n{self.var} = {DEVICE_EXPRESSION}\n"
+        if last_import is None:
+            return _Edit(0, 0, text.lstrip("\n") + "\n")
+        return _Edit(self.src.line_start((last_import.end_lineno or last_import.lineno) + 1), self.src.line_start((last_import.end_lineno or last_import.lineno) + 1), text)
+
+
+def _calls_of(source: _Source, entry: Entry) -> Iterator[ast.Call]:
+    """The call nodes of ``entry``: by exact span, or (3.10: no spans) by line and name."""
+    if entry.positions:
+        for line, end_line, column, end_column in entry.positions:
+            call = source.calls.get((line, end_line, column, end_column))
+            if call is not None:
+                yield call
+        return
+    name = entry.api.rsplit(".", 1)[-1]
+    for (line, _end, _column, _end_column), call in source.calls.items():
+        func = call.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if line == entry.site.lineno and called == name:
+            yield call
+
+
+def port_source(text: str, entries: Iterable[Entry]) -> tuple[str, tuple[str, ...]]:
+    """The device-agnostic version of ``text`` and the comments left in it.
+
+    ``entries`` are the report's rows for this file; a row whose span matches no call in
+    ``text`` (the file changed since the run) is skipped.
+    """
+    source = _Source(text)
+    porter = _Porter(source)
+    seen: set[tuple[int, str]] = set()
+    for entry in entries:
+        for call in _calls_of(source, entry):
+            if (id(call), entry.api) in seen:  # one rule per call and API
+                continue
+            seen.add((id(call), entry.api))
+            porter.port(entry, call)
+    edits = porter.finish()
+    out = bytearray()
+    cursor = 0
+    for edit in edits:
+        out += source.data[cursor : edit.start] + edit.text.encode("utf-8")
+        cursor = max(cursor, edit.end)
+    out += source.data[cursor:]
+    notes = tuple(note for line in sorted(porter.notes) for note in porter.notes[line])
+    return out.decode("utf-8"), notes
+
+
+def unified_diff(label: str, old: str, new: str) -> str:
+    """A ``git apply``-able diff of one file, ``label`` relative to the repository root."""
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True),
+        f"a/{label}", f"b/{label}",
+    )  # fmt: skip
+    text = ""
+    for line in lines:
+        text += line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+    return f"diff --git a/{label} b/{label}\n{text}" if text else ""
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    import torchdevice  # noqa: PLC0415 - its own package directory
+
+    roots.add(os.path.dirname(os.path.abspath(torchdevice.__file__)))
+    return tuple(os.path.abspath(root) + os.sep for root in roots)
+
+
+def is_library_file(path: str, roots: Sequence[str] | None = None) -> bool:
+    """Whether ``path`` is not the user's own: the standard library, an installed package
+    (torch included), torchdevice itself, or no file at all (``<string>``, ``<stdin>``)."""
+    if path.startswith("<") or not os.path.isfile(path):
+        return True
+    absolute = os.path.abspath(path)
+    if f"{os.sep}site-packages{os.sep}" in absolute or f"{os.sep}dist-packages{os.sep}" in absolute:
+        return True
+    return any(absolute.startswith(root) for root in (roots or _library_roots()))
+
+
+def port_report(report: MigrationReport, root: Path) -> PortResult:
+    """Port every user file of ``report`` below ``root``; the patch's paths are relative to it."""
+    by_file: dict[str, list[Entry]] = {}
+    for entry in report.entries:
+        by_file.setdefault(entry.site.filename, []).append(entry)
+    roots = _library_roots()
+    files: list[FilePort] = []
+    skipped: list[tuple[str, str]] = []
+    root = root.resolve()
+    for filename in sorted(by_file):
+        if is_library_file(filename, roots):
+            skipped.append((filename, "a library file, not yours"))
+            continue
+        path = Path(filename).resolve()
+        try:
+            label = path.relative_to(root).as_posix()
+        except ValueError:
+            skipped.append((filename, f"outside {root}"))
+            continue
+        old = path.read_text(encoding="utf-8")
+        try:
+            new, notes = port_source(old, by_file[filename])
+        except SyntaxError as exc:
+            skipped.append((filename, f"does not parse: {exc}"))
+            continue
+        files.append(FilePort(label, old, new, notes))
+    patch = "".join(unified_diff(file.path, file.old, file.new) for file in files)
+    return PortResult(patch, tuple(files), tuple(skipped))
