@@ -173,7 +173,7 @@ def _port_parser(prog: str) -> argparse.ArgumentParser:
         "See docs/port.md.",
     )
     parser.add_argument("--report", type=Path, metavar="REPORT.json",
-                        help="port from this JSON migration report instead of running a script")  # fmt: skip
+                        help="port from this JSON report, not by running a script")  # fmt: skip
     parser.add_argument("-o", "--output", type=Path, metavar="PATCH",
                         help="write the patch to PATCH (default: stdout)")  # fmt: skip
     parser.add_argument("--root", type=Path, default=Path("."), metavar="DIR",

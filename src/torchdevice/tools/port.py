@@ -41,7 +41,9 @@ __all__ = [
 ]
 
 #: The one device a ported file uses: the accelerator this host has, else the CPU.
-DEVICE_EXPRESSION = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+DEVICE_EXPRESSION = (
+    'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+)
 
 #: Prefix of every comment the port writes.
 MARK = "# torchdevice port:"
@@ -91,8 +93,7 @@ _FACADE_CAVEATS: dict[str, str] = {
     "set_device": "torch.accelerator.set_device_index() raises on a host without an accelerator",
     "device": "torch.accelerator.device_index() raises on a host without an accelerator",
     "Event": "torch.Event has no CPU backend: timing with events needs an accelerator",
-    "current_stream": "torch.accelerator.current_stream() raises on a host without an "
-    "accelerator",
+    "current_stream": "torch.accelerator.current_stream() raises on a host without an accelerator",
     "set_stream": "torch.accelerator.set_stream() raises on a host without an accelerator",
 }
 
@@ -224,9 +225,11 @@ def _is_device_literal(node: ast.AST) -> bool:
             return _DEVICE_LITERAL.fullmatch(node.value) is not None
         return isinstance(node.value, int) and not isinstance(node.value, bool)
     if isinstance(node, ast.Call) and _dotted(node.func) == "torch.device" and node.args:
-        return all(_is_device_literal(arg) for arg in node.args) and isinstance(
-            node.args[0], ast.Constant
-        ) and isinstance(node.args[0].value, str)
+        return (
+            all(_is_device_literal(arg) for arg in node.args)
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        )
     return False
 
 
@@ -314,11 +317,11 @@ class _Porter:
                 self.replace(node, self.device() + ".type")
         elif isinstance(node, ast.Constant) and node.value in ("cpu", None):
             pass  # asks for the CPU: already device-agnostic code
-        else:
+        else:  # the comment names the device variable, so the file gets one to use
             self.note(
                 node,
                 f"the device here is `{self.src.segment(node)}`, set elsewhere: make it "
-                f"`{self.var}`{' (its .type)' if as_type else ''} where it is defined",
+                f"`{self.device()}`{' (its .type)' if as_type else ''} where it is defined",
             )
 
     def call_paren(self, call: ast.Call) -> int:
@@ -336,6 +339,12 @@ class _Porter:
 
     def port(self, entry: Entry, call: ast.Call) -> None:
         api = entry.api
+        func = call.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if called != api.rsplit(".", 1)[-1]:  # `from torch.cuda import synchronize as sync`
+            self.note(call, f"a call of {api} under another name (`{self.src.segment(func)}`): "
+                      "port it by hand")  # fmt: skip
+            return
         if entry.kind == "dtype" or api == "Tensor.type":
             self.note(call, "a legacy typed tensor (torch.cuda.FloatTensor...): use "
                       f".to({self.var}, dtype) or a factory with dtype= and device=")  # fmt: skip
@@ -416,7 +425,7 @@ class _Porter:
                 self.device_argument(keyword.value)
             return
         close = self.src.end(call) - 1
-        before = self.src.data[: close].rstrip()
+        before = self.src.data[:close].rstrip()
         comma = "" if before.endswith((b",", b"(")) else ", "
         self.insert(close, f"{comma}map_location={self.device()}")
 
@@ -475,8 +484,8 @@ class _Porter:
         """
         parent = self.src.parents.get(call)
         if isinstance(parent, ast.Assert) and parent.test is call:
-            self.remove_statement(parent, "removed `assert torch.cuda.is_available()`: the "
-                                  "ported code runs on the CPU when there is no accelerator")  # fmt: skip
+            why = "removed `assert torch.cuda.is_available()`: the ported code runs on the CPU"
+            self.remove_statement(parent, why + " when there is no accelerator")
             return True
         if not (isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)):
             return False
@@ -492,8 +501,8 @@ class _Porter:
                 and _dotted(statement.value.func) in _EXITS
             ):
                 return False
-        self.remove_statement(guard, "removed a guard that exits without CUDA: the ported "
-                              f"code runs on `{self.var}`, the CPU when there is no accelerator")  # fmt: skip
+        why = f"removed a guard that exits without CUDA: the ported code runs on `{self.var}`"
+        self.remove_statement(guard, why + ", the CPU when there is no accelerator")
         return True
 
     # -- putting it together --------------------------------------------------------------
@@ -508,7 +517,9 @@ class _Porter:
             text = "".join(f"{indent}{MARK} {note}\n" for note in notes)
             self.edits.append(_Edit(offset, offset, text))
         accepted: list[_Edit] = []
-        for edit in sorted(self.edits, key=lambda e: (e.start, -(e.end - e.start))):
+        # By start; at one offset insertions first (in the order made), then the largest.
+        order = sorted(self.edits, key=lambda e: (e.start, e.end > e.start, e.start - e.end))
+        for edit in order:
             if edit.start == edit.end:  # an insertion: inside another edit it is dropped
                 if any(a.start < edit.start < a.end for a in accepted):
                     continue
@@ -535,14 +546,19 @@ class _Porter:
                     alias.name == "torch" and alias.asname is None for alias in statement.names
                 ):
                     has_torch = True
-            elif not (
-                isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-            ) and last_import is not None:
+            elif (
+                not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
+                and last_import is not None
+            ):
                 break
         text = ("import torch\n" if not has_torch else "") + f"\n{self.var} = {DEVICE_EXPRESSION}\n"
         if last_import is None:
             return _Edit(0, 0, text.lstrip("\n") + "\n")
-        return _Edit(self.src.line_start((last_import.end_lineno or last_import.lineno) + 1), self.src.line_start((last_import.end_lineno or last_import.lineno) + 1), text)
+        return _Edit(
+            self.src.line_start((last_import.end_lineno or last_import.lineno) + 1),
+            self.src.line_start((last_import.end_lineno or last_import.lineno) + 1),
+            text,
+        )
 
 
 def _calls_of(source: _Source, entry: Entry) -> Iterator[ast.Call]:

@@ -1,0 +1,341 @@
+"""``torchdevice port``: the rewrite rules over source text, and the patch they make.
+
+The rules are pure functions of a file's text and its report entries, so most tests hand
+them a snippet and entries whose spans are the snippet's own calls (as ``co_positions``
+gives them); tests/test_port_examples.py does the round trip through real runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchdevice.callsite import CallSite
+from torchdevice.report import Entry, MigrationReport
+from torchdevice.tools import cli
+from torchdevice.tools.port import (
+    DEVICE_EXPRESSION,
+    MARK,
+    is_library_file,
+    port_report,
+    port_source,
+)
+
+DEVICE_LINE = f"device = {DEVICE_EXPRESSION}"
+
+
+def entries_for(source: str, *wanted: tuple[str, str], kind: str = "redirect") -> list[Entry]:
+    """Report entries for the calls in ``source`` whose text starts with each ``prefix``.
+
+    ``wanted`` is ``(api, prefix)`` pairs; each entry carries the exact spans of the
+    matching calls, as the report does on 3.11+ (ast and co_positions agree on them).
+    """
+    tree = ast.parse(source)
+    lines = source.encode().splitlines(keepends=True)
+    entries = []
+    for api, prefix in wanted:
+        positions = []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            text = ast.get_source_segment(source, node) or ""
+            if text.startswith(prefix):
+                positions.append(
+                    (node.lineno, node.end_lineno or 0, node.col_offset, node.end_col_offset or 0)
+                )
+        assert positions, f"no call starts with {prefix!r}"
+        row_kind = "device-api" if api.startswith("torch.cuda.") else kind
+        entries.append(
+            Entry(
+                CallSite("x.py", positions[0][0], "f"),
+                row_kind,
+                api,  # type: ignore[arg-type]
+                "cuda",
+                "cpu",
+                "test",
+                len(positions),
+                tuple(sorted(positions)),
+            )
+        )
+    assert lines  # the source is not empty
+    return entries
+
+
+def port(source: str, *wanted: tuple[str, str]) -> tuple[str, tuple[str, ...]]:
+    source = textwrap.dedent(source)
+    new, notes = port_source(source, entries_for(source, *wanted))
+    ast.parse(new)  # the result always parses
+    return new, notes
+
+
+def test_device_arguments_become_one_device_inserted_after_the_imports() -> None:
+    new, notes = port(
+        '''\
+        """Doc."""
+        import torch
+        from torch import nn
+
+        x = torch.zeros(2, device="cuda:0")
+        y = x.cuda(non_blocking=True)
+        m = nn.Linear(2, 2).cuda()
+        z = y.to("cuda")
+        w = torch.ones(1, device=torch.device("cuda", 0))
+        s = torch.load("f.pt", map_location="cuda")
+        t = torch.load("f.pt")
+        ''',
+        ("torch.zeros", "torch.zeros"), ("Tensor.cuda", "x.cuda"),
+        ("Module.cuda", "nn.Linear(2, 2).cuda"),
+        ("Tensor.to", "y.to"), ("torch.ones", "torch.ones"), ("torch.device", "torch.device"),
+        ("torch.load", "torch.load"),
+    )  # fmt: skip
+    assert new == textwrap.dedent(f'''\
+        """Doc."""
+        import torch
+        from torch import nn
+
+        {DEVICE_LINE}
+
+        x = torch.zeros(2, device=device)
+        y = x.to(device, non_blocking=True)
+        m = nn.Linear(2, 2).to(device)
+        z = y.to(device)
+        w = torch.ones(1, device=device)
+        s = torch.load("f.pt", map_location=device)
+        t = torch.load("f.pt", map_location=device)
+        ''')
+    assert notes == ()
+
+
+def test_a_module_level_device_binding_is_rewritten_and_local_copies_removed() -> None:
+    new, _ = port(
+        """\
+        import torch
+        device = torch.device("cuda")
+
+        def f():
+            device = torch.device("cuda")
+            return torch.zeros(1, device=device), torch.ones(1).cuda(0)
+        """,
+        ("torch.device", 'torch.device("cuda")'),
+        ("Tensor.cuda", "torch.ones(1).cuda"),
+    )
+    assert new == textwrap.dedent(f"""\
+        import torch
+        {DEVICE_LINE}
+
+        def f():
+            return torch.zeros(1, device=device), torch.ones(1).to(device)
+        """)
+
+
+def test_another_device_binding_makes_the_port_choose_another_name() -> None:
+    new, _ = port(
+        """\
+        import torch
+
+        def f(device):
+            return torch.zeros(1, device="cuda")
+        """,
+        ("torch.zeros", "torch.zeros"),
+    )
+    assert "target_device = torch.accelerator" in new
+    assert "torch.zeros(1, device=target_device)" in new
+
+
+def test_nested_spans_make_no_overlapping_edits() -> None:
+    new, _ = port(
+        """\
+        import torch
+        x = torch.zeros(1, device=torch.device("cuda")).cuda(torch.device("cuda:0"))
+        """,
+        ("Tensor.cuda", "torch.zeros(1, device=torch.device(\"cuda\")).cuda"),
+        ("torch.zeros", "torch.zeros(1"),
+        ("torch.device", 'torch.device("cuda")'), ("torch.device", 'torch.device("cuda:0")'),
+    )  # fmt: skip
+    assert new.splitlines()[-1] == "x = torch.zeros(1, device=device).to(device)"
+
+
+def test_facade_calls_become_accelerator_calls() -> None:
+    new, notes = port(
+        """\
+        import torch
+        torch.cuda.manual_seed_all(0)
+        start = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        used = torch.cuda.memory_allocated()
+        n = torch.cuda.device_count()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            pass
+        """,
+        ("torch.cuda.manual_seed_all", "torch.cuda.manual_seed_all"),
+        ("torch.cuda.Event", "torch.cuda.Event"), ("torch.cuda.synchronize", "torch.cuda.sync"),
+        ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
+        ("torch.cuda.device_count", "torch.cuda.device_count"),
+        ("torch.cuda.Stream", "torch.cuda.Stream"), ("torch.cuda.stream", "torch.cuda.stream"),
+    )  # fmt: skip
+    body = new.split(DEVICE_LINE + "\n")[1]
+    assert [line for line in body.splitlines() if not line.lstrip().startswith("#")] == [
+        "torch.manual_seed(0)",
+        "start = torch.Event(enable_timing=True)",
+        "torch.get_device_module(device).synchronize()",
+        "used = torch.accelerator.memory_allocated()",
+        "n = torch.accelerator.device_count()",
+        "side = torch.Stream()",
+        "with side:",
+        "    pass",
+    ]
+    # Rewrites whose meaning changes without an accelerator say so, above their line.
+    assert f"{MARK} torch.Event has no CPU backend" in new
+    assert any("raise on a host without an accelerator" in note for note in notes)
+
+
+def test_what_has_no_equivalent_is_left_with_a_comment_saying_why() -> None:
+    new, notes = port(
+        """\
+        import torch
+        def f(where):
+            props = torch.cuda.get_device_properties(0)
+            return torch.zeros(1, device=where)
+        """,
+        ("torch.cuda.get_device_properties", "torch.cuda.get_device_properties"),
+        ("torch.zeros", "torch.zeros"),
+    )
+    properties = (
+        "torch.cuda.get_device_properties(): device properties (total_memory, "
+        "multi_processor_count, major/minor) have no device-agnostic API"
+    )
+    assert new == textwrap.dedent(f"""\
+        import torch
+
+        {DEVICE_LINE}
+        def f(where):
+            {MARK} {properties}
+            props = torch.cuda.get_device_properties(0)
+            {MARK} the device here is `where`, set elsewhere: make it `device` where it is defined
+            return torch.zeros(1, device=where)
+        """)
+    assert len(notes) == 2
+
+
+GUARD_REMOVED = (
+    f"{MARK} removed a guard that exits without CUDA: the ported code runs on `device`, the "
+    "CPU when there is no accelerator\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("guard", "expected"),
+    [
+        ('if not torch.cuda.is_available():\n    sys.exit("needs CUDA")\n', GUARD_REMOVED),
+        ("if not torch.cuda.is_available():\n    raise SystemExit(1)\n", GUARD_REMOVED),
+        ("assert torch.cuda.is_available()\n", f"{MARK} removed `assert torch.cuda."
+         "is_available()`: the ported code runs on the CPU when there is no accelerator\n"),
+        # Anything else keeps its meaning, through torch.accelerator.is_available().
+        ('if not torch.cuda.is_available():\n    print("no GPU")\n', None),
+        ("if not torch.cuda.is_available():\n    sys.exit(1)\nelse:\n    pass\n", None),
+        ("ok = not torch.cuda.is_available()\n", None),
+    ],
+)  # fmt: skip
+def test_a_guard_that_only_exits_without_cuda_is_removed(guard: str, expected: str | None) -> None:
+    source = "import sys\nimport torch\n" + guard + "x = 1\n"
+    new, _ = port_source(source, entries_for(source, ("torch.cuda.is_available", "torch.cuda")))
+    if expected is not None:
+        assert new == "import sys\nimport torch\n" + expected + "x = 1\n"
+    else:
+        assert new == source.replace("torch.cuda.is_available", "torch.accelerator.is_available")
+
+
+def test_autocast_gradscaler_and_backend_take_the_device() -> None:
+    new, _ = port(
+        """\
+        import torch
+        import torch.distributed as dist
+        with torch.autocast("cuda"):
+            pass
+        with torch.cuda.amp.autocast(dtype=torch.float16):
+            pass
+        a = torch.amp.GradScaler("cuda")
+        b = torch.cuda.amp.GradScaler()
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        """,
+        ("torch.autocast", "torch.autocast"),
+        ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast"),
+        ("torch.amp.GradScaler", "torch.amp.GradScaler"),
+        ("torch.cuda.amp.GradScaler", "torch.cuda.amp.GradScaler"),
+        ("torch.distributed.init_process_group", "dist.init_process_group"),
+    )  # fmt: skip
+    assert new.split(DEVICE_LINE + "\n")[1].splitlines() == [
+        "with torch.autocast(device.type):",
+        "    pass",
+        "with torch.autocast(device.type, dtype=torch.float16):",
+        "    pass",
+        "a = torch.amp.GradScaler(device.type)",
+        "b = torch.amp.GradScaler(device.type)",
+        "dist.init_process_group(torch.distributed.get_default_backend_for_device(device), "
+        "rank=0, world_size=1)",
+    ]
+
+
+def test_positions_are_byte_columns_and_a_changed_file_is_left_alone() -> None:
+    source = 'import torch\nname = "é"; x = torch.zeros(1, device="cuda")\n'
+    new, _ = port_source(source, entries_for(source, ("torch.zeros", "torch.zeros")))
+    assert new.endswith('name = "é"; x = torch.zeros(1, device=device)\n')
+    stale = Entry(CallSite("x.py", 2, "f"), "redirect", "torch.zeros", "cuda", "cpu", "", 1,
+                  ((2, 2, 0, 5),))  # fmt: skip
+    assert port_source(source, [stale]) == (source, ())
+
+
+def test_library_files_are_skipped_and_the_patch_applies(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text('import torch\nx = torch.ones(2, device="cuda")\n', encoding="utf-8")
+    user = entries_for(script.read_text(), ("torch.ones", "torch.ones"))[0]
+    user = dataclasses.replace(user, site=CallSite(str(script), 2, "<module>"))
+    library = Entry(CallSite(os.path.join(os.path.dirname(ast.__file__), "ast.py"), 1, "f"),
+                    "redirect", "torch.ones", "cuda", "cpu", "", 1, ())  # fmt: skip
+    assert is_library_file(library.site.filename)
+    assert not is_library_file(str(script))
+    result = port_report(MigrationReport("cpu host", (user, library)), tmp_path)
+    assert result.skipped == ((library.site.filename, "a library file, not yours"),)
+    assert result.patch.startswith("diff --git a/train.py b/train.py\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply"], cwd=tmp_path, input=result.patch, text=True, check=True)
+    assert "torch.ones(2, device=device)" in script.read_text()
+
+
+def test_cli_port_from_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("import torch\nx = torch.ones(2).cuda()\n", encoding="utf-8")
+    entry = entries_for(script.read_text(), ("Tensor.cuda", "torch.ones(2).cuda"))[0]
+    raw = MigrationReport("cpu host", (entry,)).to_dict()
+    raw["entries"][0]["file"] = str(script)
+    (tmp_path / "r.json").write_text(json.dumps(raw), encoding="utf-8")
+    out = tmp_path / "p.patch"
+    argv = ["port", "--report", str(tmp_path / "r.json"), "--root", str(tmp_path), "-o", str(out)]
+    assert cli.main(argv) == 0
+    assert "+x = torch.ones(2).to(device)\n" in out.read_text()
+    assert "1 file(s) changed, 0 skipped" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port"])  # neither a report nor a script
+    assert exit_info.value.code == 2
+
+
+def test_cli_port_runs_the_script(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("import torch\nprint(torch.ones(2).cuda().device)\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "torchdevice", "port", "--root", str(tmp_path), str(script)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("diff --git a/t.py b/t.py\n")  # the script's print: stderr
+    assert "+print(torch.ones(2).to(device).device)\n" in done.stdout
+    assert "cpu" in done.stderr
