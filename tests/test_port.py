@@ -15,11 +15,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from torchdevice.callsite import CallSite
-from torchdevice.report import Entry, MigrationReport
+from torchdevice.report import Entry, EventKind, MigrationReport
 from torchdevice.tools import cli
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
@@ -39,7 +40,6 @@ def entries_for(source: str, *wanted: tuple[str, str], kind: str = "redirect") -
     matching calls, as the report does on 3.11+ (ast and co_positions agree on them).
     """
     tree = ast.parse(source)
-    lines = source.encode().splitlines(keepends=True)
     entries = []
     for api, prefix in wanted:
         positions = []
@@ -52,20 +52,10 @@ def entries_for(source: str, *wanted: tuple[str, str], kind: str = "redirect") -
                     (node.lineno, node.end_lineno or 0, node.col_offset, node.end_col_offset or 0)
                 )
         assert positions, f"no call starts with {prefix!r}"
-        row_kind = "device-api" if api.startswith("torch.cuda.") else kind
-        entries.append(
-            Entry(
-                CallSite("x.py", positions[0][0], "f"),
-                row_kind,
-                api,  # type: ignore[arg-type]
-                "cuda",
-                "cpu",
-                "test",
-                len(positions),
-                tuple(sorted(positions)),
-            )
-        )
-    assert lines  # the source is not empty
+        row_kind = cast(EventKind, "device-api" if api.startswith("torch.cuda.") else kind)
+        site = CallSite("x.py", positions[0][0], "f")
+        spans = tuple(sorted(positions))
+        entries.append(Entry(site, row_kind, api, "cuda", "cpu", "test", len(spans), spans))
     return entries
 
 
