@@ -57,6 +57,14 @@ _STAGED_FUNCTIONS = (
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
 }
+#: Functions that take no device tensors but build CPU ones of their own: run natively.
+_NATIVE_FUNCTIONS = (
+    "barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list",
+    "gather_object", "scatter_object_list", "destroy_process_group",
+)  # fmt: skip
+_ORIGINAL_NATIVE: dict[str, Callable[..., Any]] = {
+    name: getattr(c10d, name) for name in _NATIVE_FUNCTIONS
+}
 
 
 def staging_device(rt: Runtime | None) -> str | None:
@@ -80,18 +88,30 @@ def _resolved(rt: Runtime, backend: Any, api: str) -> Any:
 
 
 def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
-    """Wrap ``original`` so its ``backend`` argument (by keyword or position) is resolved."""
+    """Wrap ``original`` so its ``backend`` argument (by keyword or position) is resolved.
+
+    torch's own code runs natively (function modes off): it builds ``torch.device("cpu")``
+    to register gloo for the CPU, which the policy would send to the accelerator. A
+    ``device_id`` naming the accelerator gloo cannot take is dropped (no backend serves it).
+    """
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt = active()
-        if rt is not None:
-            bound = signature.bind_partial(*args, **kwargs)
-            if "backend" in bound.arguments:
-                bound.arguments["backend"] = _resolved(rt, bound.arguments["backend"], api)
-                return original(*bound.args, **bound.kwargs)
-        return original(*args, **kwargs)
+        if rt is None:
+            return original(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
+        if "backend" in bound.arguments:
+            bound.arguments["backend"] = _resolved(rt, bound.arguments["backend"], api)
+        device_id = bound.arguments.get("device_id")
+        staged = staging_device(rt)
+        if isinstance(device_id, torch.device) and device_id.type == staged:
+            bound.arguments["device_id"] = None
+            rt.note_event("redirect", api, f"device_id={device_id}", "device_id=None",
+                          "gloo serves no device of this host: collectives stage through CPU")
+        with torch._C.DisableTorchFunction():
+            return original(*bound.args, **bound.kwargs)
 
     return wrapper
 
@@ -184,7 +204,8 @@ def _staged_collective(name: str) -> Callable[..., Any]:
         for key, value in bound.arguments.items():
             bound.arguments[key] = stage.tree(value)
         if not stage.pairs:
-            return original(*bound.args, **bound.kwargs)
+            with torch._C.DisableTorchFunction():
+                return original(*bound.args, **bound.kwargs)
         asked_async = bool(bound.arguments.get("async_op", False))
         if "async_op" in signature.parameters:
             bound.arguments["async_op"] = False
@@ -193,14 +214,32 @@ def _staged_collective(name: str) -> Callable[..., Any]:
             rt.note_event(
                 "redirect", api, device_type, "cpu", "gloo takes no device tensors: staged"
             )
-        original(*bound.args, **bound.kwargs)
+        with torch._C.DisableTorchFunction():
+            original(*bound.args, **bound.kwargs)
         stage.back()
         return _DoneWork([pair[0] for pair in stage.pairs]) if asked_async else None
 
     return wrapper
 
 
+def _native(name: str) -> Callable[..., Any]:
+    """Wrap ``name`` to run with function modes off on hosts that stage: torch builds its
+    own CPU tensors and ``torch.device("cpu")`` there (pickled objects, barrier options),
+    which the policy would send to the accelerator that gloo cannot take."""
+    original = _ORIGINAL_NATIVE[name]
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if staging_device(active()) is None:
+            return original(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            return original(*args, **kwargs)
+
+    return wrapper
+
+
 _STAGED = {name: _staged_collective(name) for name in _STAGED_FUNCTIONS}
+_STAGED.update({name: _native(name) for name in _NATIVE_FUNCTIONS})
 
 
 class StagedGroup(dist.ProcessGroup):
@@ -304,6 +343,9 @@ def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
             group = arguments.get("process_group") or c10d._get_default_group()
             if not isinstance(group, StagedGroup):
                 arguments["process_group"] = StagedGroup(group, device_type)
+        with torch._C.DisableTorchFunction():  # torch's own code, natively (see _native)
+            _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
+        return
     _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
 
 
