@@ -329,15 +329,20 @@ def resolve_backend(requested: str, host: Host) -> BackendDecision:
             return BackendDecision(text, "gloo", f"NCCL needs CUDA; {host.kind} host: gloo")
         return BackendDecision(text, text, f"{text!r} runs on a {host.kind} host")
     pairs: dict[str, str] = {}
+    changed = False
     for part in text.split(","):
         device, sep, backend = part.partition(":")
         if not sep or not backend.strip() or ":" in backend:
             # Malformed: torch's own parser raises the error torch raises.
             return BackendDecision(text, text, "not a device:backend string")
         device, backend = device.strip(), backend.strip()
+        if device == "cuda" or backend in _CUDA_ONLY_BACKENDS:
+            changed = True
         if device == "cuda":
             continue  # no CUDA tensor exists off CUDA hosts
         pairs[device] = "gloo" if backend in _CUDA_ONLY_BACKENDS else backend
+    if not changed:
+        return BackendDecision(text, text, f"{text!r} runs on a {host.kind} host")
     if not pairs:
         pairs["cpu"] = "gloo"
     names = set(pairs.values())
@@ -345,6 +350,4 @@ def resolve_backend(requested: str, host: Host) -> BackendDecision:
         names.pop() if len(names) == 1 and "cpu" in pairs
         else ",".join(f"{device}:{backend}" for device, backend in pairs.items())
     )  # fmt: skip
-    if resolved == text:
-        return BackendDecision(text, text, f"{text!r} runs on a {host.kind} host")
     return BackendDecision(text, resolved, f"NCCL needs CUDA; {host.kind} host: gloo")
