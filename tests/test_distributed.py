@@ -83,7 +83,8 @@ def _entries(api: str) -> list[tuple[str, str, int]]:
 
 def _line() -> int:
     frame = inspect.currentframe()
-    assert frame is not None and frame.f_back is not None
+    assert frame is not None
+    assert frame.f_back is not None
     return frame.f_back.f_lineno
 
 
@@ -101,10 +102,12 @@ def test_init_process_group_nccl_runs_on_gloo(world: Callable[..., None], call: 
     call(world)
     assert dist.get_backend() == "gloo"
     [(requested, decided, _)] = _entries("torch.distributed.init_process_group")
-    assert decided == "gloo" and "nccl" in requested
+    assert decided == "gloo"
+    assert "nccl" in requested
     t = torch.arange(3.0, device="cuda")
     dist.all_reduce(t)  # one rank: the sum is the tensor itself, on the real device
-    assert t.device.type == "cpu" and t.tolist() == [0.0, 1.0, 2.0]
+    assert t.device.type == "cpu"
+    assert t.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_resolution_is_reported_at_the_users_line(
@@ -167,11 +170,13 @@ def test_ddp_accepts_device_ids_of_the_one_device(world: Callable[..., None]) ->
     expected.load_state_dict(model.state_dict())
     line = _line() + 1
     ddp = DDP(model, device_ids=[1], output_device=1)
-    assert ddp.device_ids is None and ddp.device.type == "cpu"
+    assert ddp.device_ids is None
+    assert ddp.device.type == "cpu"
     x = torch.randn(4, 3, device="cuda")
     ddp(x).sum().backward()
     expected(x).sum().backward()
-    assert model.weight.grad is not None and expected.weight.grad is not None
+    assert model.weight.grad is not None
+    assert expected.weight.grad is not None
     torch.testing.assert_close(model.weight.grad, expected.weight.grad)
     [(requested, decided, at)] = _entries("torch.nn.parallel.DistributedDataParallel")
     assert (requested, decided, at) == ("device_ids=[1]", "device_ids=None", line)

@@ -108,8 +108,13 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
         staged = staging_device(rt)
         if isinstance(device_id, torch.device) and device_id.type == staged:
             bound.arguments["device_id"] = None
-            rt.note_event("redirect", api, f"device_id={device_id}", "device_id=None",
-                          "gloo serves no device of this host: collectives stage through CPU")
+            rt.note_event(
+                "redirect",
+                api,
+                f"device_id={device_id}",
+                "device_id=None",
+                "gloo serves no device of this host: collectives stage through CPU",
+            )
         with torch._C.DisableTorchFunction():
             return original(*bound.args, **bound.kwargs)
 
@@ -252,46 +257,48 @@ class StagedGroup(dist.ProcessGroup):
     """
 
     def __init__(self, inner: dist.ProcessGroup, device_type: str) -> None:
-        super().__init__(inner.rank(), inner.size())
+        # The Python trampoline's constructor takes (rank, size); the stub lists the C++ one.
+        super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
         self.inner = inner
         self.device_type = device_type
 
     def _run(self, method: str, *args: Any) -> dist.Work:
+        """``inner.method(*args)`` on CPU copies of the device tensors, copied back."""
         stage = _Stage(self.device_type)
-        staged = [stage.tree(arg) if isinstance(arg, list) else arg for arg in args]
+        staged = [stage.tree(arg) for arg in args]
         getattr(self.inner, method)(*staged).wait()
         stage.back()
         return _FinishedWork([pair[0] for pair in stage.pairs])
 
-    def getBackendName(self) -> str:  # noqa: N802 - the C++ name the trampoline calls
+    def getBackendName(self) -> str:
         return f"staged {self.inner.name()}"
 
     def name(self) -> str:
         return self.getBackendName()
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
+    # The (tensors, options) forms the trampoline calls; the stubs list every overload.
+    def allreduce(self, tensors: Any, opts: Any) -> dist.Work:  # type: ignore[override]
         return self._run("allreduce", tensors, opts)
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
+    def allreduce_coalesced(self, tensors: Any, opts: Any) -> dist.Work:  # type: ignore[override]
         return self._run("allreduce_coalesced", tensors, opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
+    def broadcast(self, tensors: Any, opts: Any) -> dist.Work:  # type: ignore[override]
         return self._run("broadcast", tensors, opts)
 
-    def allgather(
-        self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any
-    ) -> dist.Work:
+    def allgather(self, outputs: Any, inputs: Any, opts: Any) -> dist.Work:  # type: ignore[override]
         return self._run("allgather", outputs, inputs, opts)
 
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> dist.Work:
-        return self._run("_allgather_base", [output], [input], opts)
+    def _allgather_base(self, output: Any, input: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("_allgather_base", output, input, opts)
 
-    def reduce_scatter(
-        self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any
-    ) -> dist.Work:
+    def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any) -> dist.Work:  # type: ignore[override]
         return self._run("reduce_scatter", outputs, inputs, opts)
 
-    def barrier(self, opts: Any) -> dist.Work:
+    def _reduce_scatter_base(self, output: Any, input: Any, opts: Any) -> dist.Work:
+        return self._run("_reduce_scatter_base", output, input, opts)
+
+    def barrier(self, opts: Any) -> dist.Work:  # type: ignore[override]
         self.inner.barrier(opts).wait()
         return _FinishedWork([])
 
@@ -343,6 +350,10 @@ def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
             group = arguments.get("process_group") or c10d._get_default_group()
             if not isinstance(group, StagedGroup):
                 arguments["process_group"] = StagedGroup(group, device_type)
+                rt.note_event(
+                    "redirect", "torch.nn.parallel.DistributedDataParallel", device_type,
+                    "cpu", "gloo takes no device tensors: DDP's collectives staged",
+                )  # fmt: skip
         with torch._C.DisableTorchFunction():  # torch's own code, natively (see _native)
             _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
         return

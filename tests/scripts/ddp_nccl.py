@@ -17,10 +17,11 @@ import os
 import sys
 
 import torch
-import torchdevice  # noqa: F401  # until the .pth lands
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import torchdevice  # noqa: F401  # until the .pth lands
 
 STEPS = 6
 SAVE_AFTER = 3
@@ -60,11 +61,18 @@ def reference() -> tuple[list[torch.Tensor], list[float]]:
     return [p.detach().clone() for p in model.parameters()], losses
 
 
-def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range, losses: list[float],
-          rank: int, world: int, device: str) -> None:
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    steps: range,
+    losses: list[float],
+    rank: int,
+    world: int,
+    device: str,
+) -> None:
     x, y = data()
     x, y = x[rank::world].to(device), y[rank::world].to(device)
-    chunks = list(zip(x.chunk(MICRO), y.chunk(MICRO)))
+    chunks = list(zip(x.chunk(MICRO), y.chunk(MICRO), strict=True))
     for _ in steps:
         optimizer.zero_grad()
         total = torch.zeros((), device="cuda")
@@ -97,8 +105,9 @@ def main() -> None:
 
     checkpoint = os.path.join(out, "checkpoint.pt")
     if rank == 0:
-        torch.save({"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()},
-                   checkpoint)
+        torch.save(
+            {"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint
+        )
     dist.barrier()
     state = torch.load(checkpoint, map_location="cuda")
 
@@ -110,9 +119,15 @@ def main() -> None:
     train(ddp, optimizer, range(SAVE_AFTER, STEPS), losses, rank, world, device)
 
     params = [p.detach().tolist() for p in ddp.module.parameters()]
-    torch.save({"params": params, "losses": losses, "backend": dist.get_backend(),
-                "device": str(next(ddp.module.parameters()).device)},
-               os.path.join(out, f"rank{rank}.pt"))
+    torch.save(
+        {
+            "params": params,
+            "losses": losses,
+            "backend": dist.get_backend(),
+            "device": str(next(ddp.module.parameters()).device),
+        },
+        os.path.join(out, f"rank{rank}.pt"),
+    )
     dist.destroy_process_group()
 
 
