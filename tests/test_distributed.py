@@ -136,6 +136,17 @@ def test_native_torch_has_no_nccl_here(world: Callable[..., None]) -> None:
         world("nccl")
 
 
+def test_device_id_of_nccl_is_dropped(world: Callable[..., None]) -> None:
+    """``device_id`` binds NCCL to a GPU; gloo binds to none (torch rejects the CPU)."""
+    torchdevice.enable()
+    world("nccl", device_id=torch.device("cuda", 0))
+    assert dist.get_backend() == "gloo"
+    assert ("device_id=cpu", "device_id=None") in [
+        (requested, decided)
+        for requested, decided, _ in _entries("torch.distributed.init_process_group")
+    ]
+
+
 @pytest.mark.filterwarnings("ignore:Attempted to get default timeout for nccl:UserWarning")
 def test_nccl_stays_on_a_cuda_host(world: Callable[..., None]) -> None:
     """On a CUDA host the script's backend is kept: here (no NCCL) torch's own error."""

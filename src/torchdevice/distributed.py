@@ -91,8 +91,9 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
     """Wrap ``original`` so its ``backend`` argument (by keyword or position) is resolved.
 
     torch's own code runs natively (function modes off): it builds ``torch.device("cpu")``
-    to register gloo for the CPU, which the policy would send to the accelerator. A
-    ``device_id`` naming the accelerator gloo cannot take is dropped (no backend serves it).
+    to register gloo for the CPU, which the policy would send to the accelerator. Off
+    CUDA hosts a ``device_id`` (NCCL's eager binding to a GPU) is dropped: gloo binds to
+    no device, and torch rejects the CPU as one.
     """
     signature = inspect.signature(original)
 
@@ -105,16 +106,14 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
         if "backend" in bound.arguments:
             bound.arguments["backend"] = _resolved(rt, bound.arguments["backend"], api)
         device_id = bound.arguments.get("device_id")
-        staged = staging_device(rt)
-        if isinstance(device_id, torch.device) and device_id.type == staged:
+        if device_id is not None and rt.host.kind != "cuda":
+            # It binds NCCL to a GPU; torch wants an accelerator with an index, and gloo
+            # (CPU, or device tensors staged through CPU) binds to none.
             bound.arguments["device_id"] = None
             rt.note_event(
-                "redirect",
-                api,
-                f"device_id={device_id}",
-                "device_id=None",
-                "gloo serves no device of this host: collectives stage through CPU",
-            )
+                "redirect", api, f"device_id={device_id}", "device_id=None",
+                f"gloo binds to no device; {rt.host.kind} host",
+            )  # fmt: skip
         with torch._C.DisableTorchFunction():
             return original(*bound.args, **bound.kwargs)
 
