@@ -64,6 +64,16 @@ def _amp() -> ModuleType:
     return amp
 
 
+def _install_distributed() -> None:
+    """The ``torch.distributed`` wrappers (NCCL -> gloo, DDP, staging), where torch has it."""
+    import torch.distributed  # noqa: PLC0415 - torch has imported it already
+
+    if torch.distributed.is_available():
+        from torchdevice import distributed  # noqa: PLC0415 - keeps `import torchdevice` light
+
+        distributed.install()
+
+
 def current_runtime() -> Runtime | None:
     """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
     return runtime_module.active()
@@ -99,6 +109,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         _observe_native_fallback(runtime)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
         report_parts.start(_own_report)  # one report for the run's processes
+        _install_distributed()
         return
     runtime_module.set_active(runtime)
     _options = options
