@@ -20,16 +20,20 @@ happen at interpreter start. An invalid value is left to that import: it raises
 :class:`torchdevice.SettingsError` naming the variable when the process imports torch,
 and processes that never do are unaffected.
 
-This module imports nothing beyond :mod:`sys` and :mod:`os` (both loaded at start-up).
+This module imports nothing beyond :mod:`sys` and :mod:`os` (both loaded at start-up):
+not even :mod:`typing`, which its annotations only name.
 """
-
-from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from types import ModuleType
-from typing import Any
+
+# Neither typing nor __future__ is loaded at start-up: annotations are strings, and mypy
+# reads the name TYPE_CHECKING whatever defines it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from types import ModuleType
+    from typing import Any
 
 __all__ = ["PTH_NAME", "TorchImportHook", "install", "requested"]
 
@@ -37,7 +41,7 @@ __all__ = ["PTH_NAME", "TorchImportHook", "install", "requested"]
 PTH_NAME = "torchdevice-activate.pth"
 
 
-def requested(environ: Mapping[str, str] | None = None) -> bool:
+def requested(environ: "Mapping[str, str] | None" = None) -> bool:
     """Whether the environment may ask for torchdevice: the hook is worth installing.
 
     Looser than :func:`torchdevice.environment.activation_requested` on purpose: an invalid
@@ -59,17 +63,17 @@ class _ActivatingLoader:
     in torch can tell the difference.
     """
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: "Any") -> None:
         self._loader = loader
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> "Any":
         return getattr(self._loader, name)
 
-    def create_module(self, spec: Any) -> ModuleType | None:
+    def create_module(self, spec: "Any") -> "ModuleType | None":
         create: Any = getattr(self._loader, "create_module", None)
-        return None if create is None else create(spec)  # type: ignore[no-any-return]
+        return None if create is None else create(spec)
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "ModuleType") -> None:
         try:
             self._loader.exec_module(module)
         finally:
@@ -93,8 +97,11 @@ class TorchImportHook:
         self._searching = False
 
     def find_spec(
-        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
-    ) -> Any:
+        self,
+        fullname: str,
+        path: "Sequence[str] | None" = None,
+        target: "ModuleType | None" = None,
+    ) -> "Any":
         if fullname != "torch" or self._searching:
             return None
         self._searching = True
@@ -121,7 +128,7 @@ class TorchImportHook:
             sys.meta_path.remove(self)
 
 
-def install(environ: Mapping[str, str] | None = None) -> bool:
+def install(environ: "Mapping[str, str] | None" = None) -> bool:
     """Arrange for torchdevice to enable itself when torch is imported; ``True`` if it will.
 
     Called by the ``.pth`` line when an activation variable is present. Nothing happens
