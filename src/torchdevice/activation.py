@@ -166,7 +166,8 @@ def enable(**options: Any) -> None:
 
     Child processes are redirected too: ``ACTIVATE_TORCH_DEVICE=1`` and each option given
     here (but ``cpu_override``, and a ``host`` the child could not be) are exported to the
-    environment they inherit, until ``disable()`` (see :func:`_export_environment`).
+    environment they inherit, until ``disable()``; the ``.pth`` file installed with
+    torchdevice enables them when they import torch (docs: "Child processes").
     """
     with _lock:
         if runtime_module.active() is not None and options == _options:
