@@ -10,6 +10,9 @@ import threading
 import warnings
 
 import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
@@ -25,6 +28,10 @@ REAL_MPS = sys.modules["torch.mps"]
 REAL_BACKENDS_MPS = sys.modules["torch.backends.mps"]
 REAL_GET_DEVICE_MODULE = torch.get_device_module
 REAL_AUTOCAST = torch.autocast
+REAL_INIT_PROCESS_GROUP = c10d.init_process_group
+REAL_IS_NCCL_AVAILABLE = c10d.is_nccl_available
+REAL_ALL_REDUCE = c10d.all_reduce
+REAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
 
 
 def torch_is_pristine() -> list[str]:
@@ -51,6 +58,15 @@ def torch_is_pristine() -> list[str]:
         problems.append("the torch.mps facade is installed")
     if torch.Generator is not REAL_GENERATOR:
         problems.append("torch.Generator is replaced")
+    if (
+        dist.init_process_group is not REAL_INIT_PROCESS_GROUP
+        or c10d.init_process_group is not REAL_INIT_PROCESS_GROUP
+        or dist.is_nccl_available is not REAL_IS_NCCL_AVAILABLE
+        or dist.all_reduce is not REAL_ALL_REDUCE
+        or c10d.all_reduce is not REAL_ALL_REDUCE
+        or DistributedDataParallel.__dict__["__init__"] is not REAL_DDP_INIT
+    ):
+        problems.append("torch.distributed is wrapped")
     if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
         problems.append("a DeviceMode is on this thread's function-mode stack")
     if warnings.showwarning is not REAL_SHOWWARNING:

@@ -404,3 +404,32 @@ def test_switching_hosts_inside_redirect_swaps_facades():
         assert facade.installed()
         assert torch.mps is REAL_MPS
     assert mps.installed()
+
+
+def test_device_module_calls_are_rows_of_the_report_at_the_users_line():
+    torchdevice.enable()
+    first = sys._getframe().f_lineno + 1
+    assert torch.cuda.is_available()
+    torch.cuda.synchronize()
+    event = torch.cuda.Event(enable_timing=True)
+    stream = torch.cuda.default_stream()  # the facade makes a Stream: not the user's line
+    from torch.cuda.memory import memory_allocated
+
+    assert memory_allocated is torch.cuda.memory_allocated  # one object, as natively
+    memory_allocated()
+    with torch.random.fork_rng(device_type="cuda"):  # torch's own torch.cuda calls
+        pass
+    assert isinstance(event, torch.cuda.Event)
+    assert isinstance(stream, torch.cuda.Stream)
+    rows = sorted(
+        (e.site.lineno - first, e.api, e.count)
+        for e in torchdevice.report().entries
+        if e.kind == "device-api"
+    )
+    assert rows == [
+        (0, "torch.cuda.is_available", 1),
+        (1, "torch.cuda.synchronize", 1),
+        (2, "torch.cuda.Event", 1),
+        (3, "torch.cuda.default_stream", 1),
+        (7, "torch.cuda.memory_allocated", 1),
+    ]

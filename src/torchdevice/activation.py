@@ -18,6 +18,7 @@ from typing import Any
 from torchdevice import fallback as fallback_module
 from torchdevice import ledger, mode, patches, report_parts, threads
 from torchdevice import runtime as runtime_module
+from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, HostKind, forced_host, probe_host
 from torchdevice.intercepts import build_table
@@ -40,6 +41,11 @@ _lock = threading.RLock()
 _recorder = Recorder()
 _mode: mode.DeviceMode | None = None
 _options: dict[str, Any] = {}
+
+#: Ledger group of the environment variables exported for child processes.
+ENV_GROUP = "child environment"
+#: Settings field -> the environment variable that carries it to child processes.
+_FIELD_VARS = {field: variable for variable, field in ENV_VARS.items()}
 
 
 def _resolve_host(setting: Host | HostKind | None) -> Host:
@@ -64,9 +70,53 @@ def _amp() -> ModuleType:
     return amp
 
 
+def _install_distributed() -> None:
+    """The ``torch.distributed`` wrappers (NCCL -> gloo, DDP, staging), where torch has it."""
+    import torch.distributed  # noqa: PLC0415 - torch has imported it already
+
+    if torch.distributed.is_available():
+        from torchdevice import distributed  # noqa: PLC0415 - keeps `import torchdevice` light
+
+        distributed.install()
+
+
 def current_runtime() -> Runtime | None:
     """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
     return runtime_module.active()
+
+
+def _env_value(name: str, value: Any, host: Host) -> str | None:
+    """``value`` of option ``name`` as its environment variable reads it; ``None``: it
+    cannot travel.
+
+    A host travels as its kind only when a child would build that very host from it:
+    ``"cpu"``, or the kind the machine really has. An injected :class:`Host` (a simulated
+    accelerator, a pretend MPS machine) does not: children probe the real machine.
+    """
+    if name == "host":
+        return host.kind if host in (Host.cpu(), probe_host()) else None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _export_environment(runtime: Runtime, options: dict[str, Any]) -> None:
+    """Put redirection, and each setting given as an argument, in the environment.
+
+    Every Python process this one starts (``subprocess``, ``multiprocessing`` spawn and
+    forkserver, DataLoader workers, torchrun's workers) inherits it, and the ``.pth``
+    hook shipped with torchdevice (:mod:`_torchdevice_startup`) enables it there when
+    torch is imported, with the same settings. Settings that came from the environment are
+    there already; ``cpu_override`` has no variable and stays with this process. Recorded
+    in the ledger, so ``disable()`` restores the variables.
+    """
+    ledger.undo(ENV_GROUP)
+    ledger.set_env(ENV_GROUP, "ACTIVATE_TORCH_DEVICE", "1")
+    for name, value in options.items():
+        variable = _FIELD_VARS.get(name)
+        text = None if variable is None or value is None else _env_value(name, value, runtime.host)
+        if variable is not None and text is not None:
+            ledger.set_env(ENV_GROUP, variable, text)
 
 
 def _enter_current_thread() -> None:
@@ -80,6 +130,7 @@ def _enter_current_thread() -> None:
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _mode, _options
+    _export_environment(runtime, options)
     table = build_table(runtime.host)
     accelerator = runtime.default_device
     fallback = (
@@ -99,6 +150,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         _observe_native_fallback(runtime)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
         report_parts.start(_own_report)  # one report for the run's processes
+        _install_distributed()
         return
     runtime_module.set_active(runtime)
     _options = options
@@ -125,6 +177,11 @@ def enable(**options: Any) -> None:
     options reconfigures the running activation. Options are the fields of
     :class:`~torchdevice.settings.Settings` (``keep_cpu``, ``cpu_override``, ``host``,
     ``log_level``, ``report_path``); each overrides its environment variable.
+
+    Child processes are redirected too: ``ACTIVATE_TORCH_DEVICE=1`` and each option given
+    here (but ``cpu_override``, and a ``host`` the child could not be) are exported to the
+    environment they inherit, until ``disable()``; the ``.pth`` file installed with
+    torchdevice enables them when they import torch (docs: "Child processes").
     """
     with _lock:
         if runtime_module.active() is not None and options == _options:
@@ -132,8 +189,17 @@ def enable(**options: Any) -> None:
             return
         from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
 
-        settings = load_settings(options)
-        host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
+        # What an earlier activation exported for its children is not the user's
+        # environment: it must not fill the options this call leaves out.
+        ledger.undo(ENV_GROUP)
+        try:
+            settings = load_settings(options)
+            host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
+        except BaseException:
+            active = runtime_module.active()
+            if active is not None:  # the running activation stays, and so do its exports
+                _export_environment(active, _options)
+            raise
         configure_logging(settings.log_level)
         _activate(Runtime(host, settings, _recorder), dict(options))
 

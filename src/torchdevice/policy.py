@@ -30,6 +30,7 @@ from torchdevice.host import Host
 
 __all__ = [
     "Action",
+    "BackendDecision",
     "Decision",
     "DeviceLike",
     "DeviceSpec",
@@ -40,6 +41,7 @@ __all__ = [
     "has_float64",
     "parse_request",
     "pins",
+    "resolve_backend",
     "stands_for",
 ]
 
@@ -284,3 +286,68 @@ def draws_on_generator(generator_device: str, target_device: str) -> bool:
     draws — and the result moves to where the call's tensors live.
     """
     return generator_device != target_device
+
+
+#: The collective backends that need CUDA; off CUDA hosts gloo stands in for them.
+_CUDA_ONLY_BACKENDS = frozenset({"nccl"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackendDecision:
+    """What a requested ``torch.distributed`` backend resolves to on a host, and why.
+
+    ``requested`` and ``backend`` are the strings as torch reads them (lower case);
+    ``moved`` says whether they differ (worth a log line and a report entry).
+    """
+
+    requested: str
+    backend: str
+    reason: str
+
+    @property
+    def moved(self) -> bool:
+        """True when the backend used is not the one the code asked for."""
+        return self.backend != self.requested
+
+
+def resolve_backend(requested: str, host: Host) -> BackendDecision:
+    """The backend rule: which collective backend ``requested`` means on ``host``.
+
+    NCCL runs only on CUDA devices, so off CUDA hosts ``"nccl"`` is ``"gloo"`` (which
+    takes CPU tensors, and device tensors staged through CPU memory). A
+    ``"cuda:nccl,cpu:gloo"`` string names one backend per device type: off CUDA hosts no
+    tensor is a CUDA tensor, so its ``cuda`` entry goes and each ``nccl`` becomes
+    ``"gloo"``; when one backend is left for every device, it is named alone (``"gloo"``).
+    Every other backend (``"gloo"``, ``"mpi"``, a plugin) and every CUDA host keep what
+    was asked. Pure: no torch, no I/O; case-insensitive, as torch's ``Backend`` is.
+    """
+    text = requested.lower()
+    if host.kind == "cuda":
+        return BackendDecision(text, text, "CUDA host: NCCL runs")
+    if ":" not in text:
+        if text in _CUDA_ONLY_BACKENDS:
+            return BackendDecision(text, "gloo", f"NCCL needs CUDA; {host.kind} host: gloo")
+        return BackendDecision(text, text, f"{text!r} runs on a {host.kind} host")
+    pairs: dict[str, str] = {}
+    changed = False
+    for part in text.split(","):
+        device, sep, backend = part.partition(":")
+        if not sep or not backend.strip() or ":" in backend:
+            # Malformed: torch's own parser raises the error torch raises.
+            return BackendDecision(text, text, "not a device:backend string")
+        device, backend = device.strip(), backend.strip()
+        if device == "cuda" or backend in _CUDA_ONLY_BACKENDS:
+            changed = True
+        if device == "cuda":
+            continue  # no CUDA tensor exists off CUDA hosts
+        pairs[device] = "gloo" if backend in _CUDA_ONLY_BACKENDS else backend
+    if not changed:
+        return BackendDecision(text, text, f"{text!r} runs on a {host.kind} host")
+    if not pairs:
+        pairs["cpu"] = "gloo"
+    names = set(pairs.values())
+    resolved = (
+        names.pop() if len(names) == 1 and "cpu" in pairs
+        else ",".join(f"{device}:{backend}" for device, backend in pairs.items())
+    )  # fmt: skip
+    return BackendDecision(text, resolved, f"NCCL needs CUDA; {host.kind} host: gloo")

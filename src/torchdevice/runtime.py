@@ -38,6 +38,8 @@ from torchdevice.policy import (
 from torchdevice.report import EventKind, MigrationReport, Recorder
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
+    from types import FrameType
+
     from torchdevice.settings import Settings
 
 __all__ = ["Runtime", "active", "set_active"]
@@ -72,6 +74,8 @@ class Runtime:
         # decisions are kept alive in _kept so their ids are never reused.
         self._applied: dict[int, tuple[torch.device, EventKind | None]] = {}
         self._kept: list[Decision] = []
+        # The decision-shaped record of each device-module API the facades answered.
+        self._api_decisions: dict[str, Decision] = {}
         accelerator = host.accelerator
         #: Where factories called without a device go; ``None`` leaves them alone.
         self.default_device: torch.device | None = (
@@ -225,6 +229,26 @@ class Runtime:
             # From a handler: place <- handler <- the mode's __torch_function__.
             self.recorder.hit(callsite.caller(2), api, decision, kind)
         return decision, device
+
+    def note_device_api(self, api: str, frame: FrameType) -> None:
+        """Count a call of a device's own module (``torch.cuda.synchronize``...) that a
+        facade answered, at ``frame``'s line (a ``device-api`` row of the report)."""
+        decision = self._api_decisions.get(api)
+        if decision is None:
+            module = api.split(".")[1]  # torch.cuda.X, torch.mps.X, torch.backends.mps.X
+            if module == "backends":
+                module = api.split(".")[2]
+            answered = self.default_device
+            device = DeviceSpec("cpu", 0) if answered is None else DeviceSpec(
+                answered.type, answered.index
+            )  # fmt: skip
+            decision = Decision(
+                device, DeviceSpec(module, None), "redirect",
+                f"torch.{module} answered by the {self.host.kind} host's facade",
+            )  # fmt: skip
+            with self._lock:
+                decision = self._api_decisions.setdefault(api, decision)
+        self.recorder.hit(frame, api, decision, "device-api")
 
     def note_event(
         self, kind: EventKind, api: str, requested: str, decided: str, reason: str

@@ -18,8 +18,9 @@ pushed on also gets an exit guard in a ``threading.local``: Python drops it when
 the thread's state, in that thread, with the GIL held, after ``run()`` returned and before
 ``join()`` returns; the guard pops the mode there.
 
-Not covered: threads created in C++ that never run Python, and child processes (they
-import torchdevice afresh: use ``ACTIVATE_TORCH_DEVICE=1`` in their environment).
+Not covered: threads created in C++ that never run Python. Child processes are not
+threads: they are redirected through the environment ``enable()`` exports and the
+``.pth`` hook (:mod:`_torchdevice_startup`).
 """
 
 from __future__ import annotations

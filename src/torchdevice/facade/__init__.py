@@ -61,6 +61,7 @@ from torchdevice.facade import (
     streams,
 )
 from torchdevice.facade.modules import FacadeModule
+from torchdevice.facade.reporting import reported_namespace
 from torchdevice.runtime import active
 
 __all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed"]
@@ -157,6 +158,11 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
     namespace.update(allocator)
     namespace.update(graphs)
     namespace["cudart"] = device_only.unsupported("torch.cuda.cudart")
+    wrapped: dict[int, Any] = {}  # ids of the wrapped objects are kept alive by namespace
+    namespace = reported_namespace("torch.cuda", namespace, wrapped)
+    for name, sub in subs.items():
+        own = {key: value for key, value in sub.__dict__.items() if not key.startswith("__")}
+        sub.__dict__.update(reported_namespace(f"torch.cuda.{name}", own, wrapped))
     namespace.update(subs)
     cuda = FacadeModule("torch.cuda", _REAL_CUDA, namespace, dynamic=default_generators)
     return cuda, {f"torch.cuda.{name}": module for name, module in subs.items()}

@@ -15,7 +15,7 @@ multi-GPU and NCCL when CUDA is available.
 from __future__ import annotations
 
 import sys
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import torch
@@ -65,7 +65,13 @@ def asked_by_compiler(depth: int = 2) -> bool:
     """
     if torch.compiler.is_dynamo_compiling():  # dynamo tracing user code: never its frames
         return False
-    caller = sys._getframe(depth).f_globals.get("__name__", "")
+    frame: FrameType | None = sys._getframe(depth)
+    caller: object = ""
+    while frame is not None:  # past torchdevice's own frames (the report's wrapper)
+        caller = frame.f_globals.get("__name__", "")
+        if not (isinstance(caller, str) and caller.startswith("torchdevice.")):
+            break
+        frame = frame.f_back
     return isinstance(caller, str) and (caller == _COMPILER or caller.startswith(_COMPILER + "."))
 
 

@@ -18,8 +18,17 @@ from typing import Any
 import torch
 
 from torchdevice import ledger
-from torchdevice.facade import device_only, devices, memory, modules, real_device, streams
+from torchdevice.facade import (
+    device_only,
+    devices,
+    memory,
+    modules,
+    real_device,
+    reporting,
+    streams,
+)
 from torchdevice.facade.modules import FacadeModule
+from torchdevice.facade.reporting import reported_namespace
 from torchdevice.facade.streams import Event as _Event
 
 __all__ = ["GROUP", "Event", "install", "installed"]
@@ -122,6 +131,7 @@ class Event(_Event):
     """``torch.mps.Event``: a real event of the device "mps" requests land on."""
 
     def __init__(self, enable_timing: bool = False) -> None:
+        reporting.count_call("torch.mps.Event")
         super().__init__(enable_timing=enable_timing)
 
     def __repr__(self) -> str:
@@ -180,16 +190,22 @@ def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
         compile_shader=device_only.unsupported("torch.mps.compile_shader"),
         load_metallib=device_only.unsupported("torch.mps.load_metallib"),
     )
-    mps = FacadeModule("torch.mps", REAL_MPS, namespace)
+    wrapped: dict[int, Any] = {}
+    mps = FacadeModule("torch.mps", REAL_MPS, reported_namespace("torch.mps", namespace, wrapped))
+    # torch.mps.event.Event is torch.mps.Event, as natively: the same counted class.
+    event.__dict__.update(reported_namespace("torch.mps.event", {"Event": Event}, wrapped))
     backends = FacadeModule(
         "torch.backends.mps",
         REAL_BACKENDS_MPS,
-        {
-            "is_available": is_available,
-            "is_built": is_built,
-            "get_name": get_name,
-            "get_core_count": get_core_count,
-        },
+        reported_namespace(
+            "torch.backends.mps",
+            {
+                "is_available": is_available,
+                "is_built": is_built,
+                "get_name": get_name,
+                "get_core_count": get_core_count,
+            },
+        ),
     )
     return mps, event, profiler, backends
 

@@ -1,0 +1,375 @@
+"""``torch.distributed`` written for NCCL, run on the backend the host has (SPEC §7).
+
+CUDA-first training scripts call ``init_process_group("nccl")``, ``new_group(backend=
+"nccl")`` and ``DistributedDataParallel(model, device_ids=[local_rank])``. Off CUDA hosts
+NCCL does not exist, so while redirecting:
+
+* the backend a script asks for goes through :func:`torchdevice.policy.resolve_backend`
+  (``"nccl"`` -> ``"gloo"``, ``"cuda:nccl,cpu:gloo"`` -> ``"gloo"``), logged and reported at
+  the user's line; ``dist.is_nccl_available()`` answers as ``torch.cuda.is_available()``
+  does (true unless ``cuda_available=False``), so scripts that check it take the NCCL path
+  that is then resolved;
+* ``DistributedDataParallel`` drops ``device_ids``/``output_device``, which torch accepts
+  for CUDA modules only (every rank's model is on the one real device), logged and reported;
+* on an accelerator gloo cannot take (MPS, or the simulated accelerator of the tests), the
+  collectives scripts and DDP use stage through CPU memory: the device tensors are copied
+  to the CPU, the collective runs there, the results are copied back in place. The
+  ``torch.distributed`` functions are wrapped for that; DDP, whose C++ reducer calls its
+  process group directly (parameter broadcast, shape check, bucketed gradient all-reduce),
+  is given a :class:`StagedGroup` around its group.
+
+On CUDA hosts nothing changes. Every change goes through the :mod:`~torchdevice.ledger`.
+Functions bound before enabling (``from torch.distributed import init_process_group``)
+keep the originals, as for the other wrappers.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch.nn.parallel import DistributedDataParallel
+
+from torchdevice import ledger
+from torchdevice.policy import resolve_backend
+from torchdevice.runtime import Runtime, active
+
+__all__ = ["GROUP", "StagedGroup", "install", "staging_device"]
+
+#: The ledger group of these wrappers.
+GROUP = "distributed"
+
+_ORIGINAL_INIT = c10d.init_process_group
+_ORIGINAL_NEW_GROUP = c10d.new_group
+_ORIGINAL_IS_NCCL = c10d.is_nccl_available
+_ORIGINAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
+#: The collectives staged through CPU memory on hosts whose device gloo cannot take.
+_STAGED_FUNCTIONS = (
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "reduce", "all_to_all_single",
+)  # fmt: skip
+_ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
+    name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
+}
+#: Functions that take no device tensors but build CPU ones of their own: run natively.
+_NATIVE_FUNCTIONS = (
+    "barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list",
+    "gather_object", "scatter_object_list", "destroy_process_group",
+)  # fmt: skip
+_ORIGINAL_NATIVE: dict[str, Callable[..., Any]] = {
+    name: getattr(c10d, name) for name in _NATIVE_FUNCTIONS
+}
+
+
+def staging_device(rt: Runtime | None) -> str | None:
+    """The device type whose tensors must stage through CPU memory: the accelerator of a
+    host without CUDA (gloo takes CPU and CUDA tensors only), else ``None``."""
+    if rt is None or rt.host.kind != "mps" or rt.default_device is None:
+        return None
+    return rt.default_device.type
+
+
+# -- the backend rule ------------------------------------------------------------------
+def _resolved(rt: Runtime, backend: Any, api: str) -> Any:
+    """``backend`` as the host runs it, noted at the user's line when it changed."""
+    if not isinstance(backend, str):
+        return backend
+    decision = resolve_backend(backend, rt.host)
+    if not decision.moved:
+        return backend
+    rt.note_event("redirect", api, decision.requested, decision.backend, decision.reason)
+    return decision.backend
+
+
+def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
+    """Wrap ``original`` so its ``backend`` argument (by keyword or position) is resolved.
+
+    torch's own code runs natively (function modes off): it builds ``torch.device("cpu")``
+    to register gloo for the CPU, which the policy would send to the accelerator. Off
+    CUDA hosts a ``device_id`` (NCCL's eager binding to a GPU) is dropped: gloo binds to
+    no device, and torch rejects the CPU as one.
+    """
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt = active()
+        if rt is None:
+            return original(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
+        if "backend" in bound.arguments:
+            bound.arguments["backend"] = _resolved(rt, bound.arguments["backend"], api)
+        device_id = bound.arguments.get("device_id")
+        if device_id is not None and rt.host.kind != "cuda":
+            # It binds NCCL to a GPU; torch wants an accelerator with an index, and gloo
+            # (CPU, or device tensors staged through CPU) binds to none.
+            bound.arguments["device_id"] = None
+            rt.note_event(
+                "redirect", api, f"device_id={device_id}", "device_id=None",
+                f"gloo binds to no device; {rt.host.kind} host",
+            )  # fmt: skip
+        with torch._C.DisableTorchFunction():
+            return original(*bound.args, **bound.kwargs)
+
+    return wrapper
+
+
+init_process_group = _with_backend(_ORIGINAL_INIT, "torch.distributed.init_process_group")
+new_group = _with_backend(_ORIGINAL_NEW_GROUP, "torch.distributed.new_group")
+
+
+@functools.wraps(_ORIGINAL_IS_NCCL)
+def is_nccl_available() -> bool:
+    """True off CUDA hosts while ``torch.cuda.is_available()`` answers true: the NCCL
+    path a script then takes is resolved to gloo. The real answer on CUDA hosts."""
+    rt = active()
+    if rt is None or rt.host.kind == "cuda":
+        return bool(_ORIGINAL_IS_NCCL())
+    return bool(getattr(rt.settings, "cuda_available", True))
+
+
+# -- staging through CPU memory --------------------------------------------------------
+def _to_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """A real CPU copy (function modes off: the policy would send "cpu" to the device)."""
+    with torch._C.DisableTorchFunction():
+        return tensor.detach().to("cpu", copy=True)
+
+
+class _Stage:
+    """The CPU stand-ins of one collective's device tensors, and their copy back."""
+
+    def __init__(self, device_type: str) -> None:
+        self.device_type = device_type
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def tensor(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device.type == self.device_type:
+            staged = _to_cpu(value)
+            self.pairs.append((value, staged))
+            return staged
+        return value
+
+    def tree(self, value: Any) -> Any:
+        """Stage a tensor, or every tensor of a (nested) list."""
+        if isinstance(value, list):
+            return [self.tree(item) for item in value]
+        return self.tensor(value)
+
+    def back(self) -> None:
+        """Copy every staged result back into its device tensor, in place."""
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            for device_tensor, staged in self.pairs:
+                device_tensor.copy_(staged)
+
+
+class _DoneWork:
+    """What an ``async_op=True`` collective returns once staged: it already ran."""
+
+    def __init__(self, result: list[torch.Tensor]) -> None:
+        self._result = result
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self) -> list[torch.Tensor]:
+        return self._result
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        future.set_result(self._result)
+        return future
+
+
+def _staged_collective(name: str) -> Callable[..., Any]:
+    """Wrap the collective ``name`` so device tensors gloo cannot take stage through CPU."""
+    original = _ORIGINAL_COLLECTIVES[name]
+    signature = inspect.signature(original)
+    api = f"torch.distributed.{name}"
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        device_type = staging_device(active())
+        if device_type is None:
+            return original(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
+        stage = _Stage(device_type)
+        for key, value in bound.arguments.items():
+            bound.arguments[key] = stage.tree(value)
+        if not stage.pairs:
+            with torch._C.DisableTorchFunction():
+                return original(*bound.args, **bound.kwargs)
+        asked_async = bool(bound.arguments.get("async_op", False))
+        if "async_op" in signature.parameters:
+            bound.arguments["async_op"] = False
+        rt = active()
+        if rt is not None:
+            rt.note_event(
+                "redirect", api, device_type, "cpu", "gloo takes no device tensors: staged"
+            )
+        with torch._C.DisableTorchFunction():
+            original(*bound.args, **bound.kwargs)
+        stage.back()
+        return _DoneWork([pair[0] for pair in stage.pairs]) if asked_async else None
+
+    return wrapper
+
+
+def _native(name: str) -> Callable[..., Any]:
+    """Wrap ``name`` to run with function modes off on hosts that stage: torch builds its
+    own CPU tensors and ``torch.device("cpu")`` there (pickled objects, barrier options),
+    which the policy would send to the accelerator that gloo cannot take."""
+    original = _ORIGINAL_NATIVE[name]
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if staging_device(active()) is None:
+            return original(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            return original(*args, **kwargs)
+
+    return wrapper
+
+
+_STAGED = {name: _staged_collective(name) for name in _STAGED_FUNCTIONS}
+_STAGED.update({name: _native(name) for name in _NATIVE_FUNCTIONS})
+
+
+class StagedGroup(dist.ProcessGroup):
+    """A process group whose collectives stage device tensors through CPU memory.
+
+    DDP's C++ reducer and its start-up checks call their process group's methods
+    directly, with device tensors. This group runs each of those methods on ``inner``
+    (the gloo group the script initialised) with CPU copies, then copies the results back
+    in place and returns finished work whose future holds the device tensors.
+    """
+
+    def __init__(self, inner: dist.ProcessGroup, device_type: str) -> None:
+        # The Python trampoline's constructor takes (rank, size); the stub lists the C++ one.
+        super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
+        self.inner = inner
+        self.device_type = device_type
+
+    def _run(self, method: str, *args: Any) -> dist.Work:
+        """``inner.method(*args)`` on CPU copies of the device tensors, copied back."""
+        stage = _Stage(self.device_type)
+        staged = [stage.tree(arg) for arg in args]
+        getattr(self.inner, method)(*staged).wait()
+        stage.back()
+        return _FinishedWork([pair[0] for pair in stage.pairs])
+
+    def getBackendName(self) -> str:
+        return f"staged {self.inner.name()}"
+
+    def name(self) -> str:
+        return self.getBackendName()
+
+    # The (tensors, options) forms the trampoline calls; the stubs list every overload.
+    def allreduce(self, tensors: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("allreduce", tensors, opts)
+
+    def allreduce_coalesced(self, tensors: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("allreduce_coalesced", tensors, opts)
+
+    def broadcast(self, tensors: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("broadcast", tensors, opts)
+
+    def allgather(self, outputs: Any, inputs: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("allgather", outputs, inputs, opts)
+
+    def _allgather_base(self, output: Any, input: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("_allgather_base", output, input, opts)
+
+    def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any) -> dist.Work:  # type: ignore[override]
+        return self._run("reduce_scatter", outputs, inputs, opts)
+
+    def _reduce_scatter_base(self, output: Any, input: Any, opts: Any) -> dist.Work:
+        return self._run("_reduce_scatter_base", output, input, opts)
+
+    def barrier(self, opts: Any) -> dist.Work:  # type: ignore[override]
+        self.inner.barrier(opts).wait()
+        return _FinishedWork([])
+
+
+class _FinishedWork(dist.Work):
+    """A finished C++-visible work item whose future holds the device tensors."""
+
+    def __init__(self, result: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._result = result
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        future.set_result(self._result)
+        return future
+
+
+# -- DistributedDataParallel -----------------------------------------------------------
+_DDP_SIGNATURE = inspect.signature(_ORIGINAL_DDP_INIT)
+
+
+@functools.wraps(_ORIGINAL_DDP_INIT)
+def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """DDP's constructor, accepting what CUDA-first code passes for its one device."""
+    rt = active()
+    if rt is None or rt.host.kind == "cuda":
+        _ORIGINAL_DDP_INIT(self, *args, **kwargs)
+        return
+    bound = _DDP_SIGNATURE.bind(self, *args, **kwargs)
+    arguments = bound.arguments
+    device_ids = arguments.get("device_ids")
+    output_device = arguments.get("output_device")
+    if device_ids or output_device is not None:
+        arguments["device_ids"] = None
+        arguments["output_device"] = None
+        rt.note_event(
+            "redirect", "torch.nn.parallel.DistributedDataParallel",
+            f"device_ids={device_ids!r}", "device_ids=None",
+            f"{rt.host.kind} host: one device for every rank, as for CPU modules",
+        )  # fmt: skip
+    device_type = staging_device(rt)
+    module = arguments.get("module")
+    if device_type is not None and isinstance(module, torch.nn.Module):
+        on_device = any(p.device.type == device_type for p in module.parameters())
+        if on_device:
+            group = arguments.get("process_group") or c10d._get_default_group()
+            if not isinstance(group, StagedGroup):
+                arguments["process_group"] = StagedGroup(group, device_type)
+                rt.note_event(
+                    "redirect", "torch.nn.parallel.DistributedDataParallel", device_type,
+                    "cpu", "gloo takes no device tensors: DDP's collectives staged",
+                )  # fmt: skip
+        with torch._C.DisableTorchFunction():  # torch's own code, natively (see _native)
+            _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
+        return
+    _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
+
+
+# -- installing --------------------------------------------------------------------------
+def install() -> None:
+    """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
+    at each call, so they adapt to the host. ``disable()`` takes them out (the ledger)."""
+    if ledger.has(GROUP):
+        return
+    for owner in (dist, c10d):
+        ledger.set_attr(GROUP, owner, "init_process_group", init_process_group)
+        ledger.set_attr(GROUP, owner, "new_group", new_group)
+        for name, wrapper in _STAGED.items():
+            ledger.set_attr(GROUP, owner, name, wrapper)
+    # Only the package's name: torch's own check (in distributed_c10d) must stay true.
+    ledger.set_attr(GROUP, dist, "is_nccl_available", is_nccl_available)
+    ledger.set_attr(GROUP, DistributedDataParallel, "__init__", _ddp_init)

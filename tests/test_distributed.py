@@ -1,0 +1,193 @@
+"""torch.distributed written for NCCL, on this CPU host: the backend rule, and its wrappers.
+
+The rule (:func:`torchdevice.policy.resolve_backend`) is checked per host without torch;
+the wrappers in a one-rank gloo world inside this process (a file store in ``tmp_path``),
+which is enough to see what backend a group really got, what DDP accepted and what the
+report says. Several ranks are exercised by ``test_distributed_launch.py`` (torchrun).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import torchdevice
+from pristine import REAL_INIT_PROCESS_GROUP, REAL_IS_NCCL_AVAILABLE
+from torchdevice import Host
+from torchdevice.policy import resolve_backend
+
+CPU, MPS, CUDA = Host.cpu(), Host.mps(), Host.cuda(2)
+
+
+# -- the rule ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("requested", "off_cuda"),
+    [
+        ("nccl", "gloo"),
+        ("NCCL", "gloo"),
+        (dist.Backend.NCCL, "gloo"),
+        ("cuda:nccl,cpu:gloo", "gloo"),
+        ("cpu:gloo,cuda:nccl", "gloo"),
+        ("cuda:nccl", "gloo"),
+        ("gloo", "gloo"),
+        ("cpu:gloo", "cpu:gloo"),
+        ("mpi", "mpi"),
+        ("cpu:mpi,cuda:nccl", "mpi"),
+        ("cpu:gloo,mps:nccl", "gloo"),
+        ("cuda:", "cuda:"),  # malformed: left for torch's parser to reject
+    ],
+)
+@pytest.mark.parametrize("host", [CPU, MPS], ids=["cpu", "mps"])
+def test_backend_rule_off_cuda_hosts(requested: str, off_cuda: str, host: Host) -> None:
+    decision = resolve_backend(requested, host)
+    assert decision.backend == off_cuda
+    assert decision.moved == (off_cuda != requested.lower())
+    if decision.moved:
+        assert "NCCL needs CUDA" in decision.reason
+
+
+@pytest.mark.parametrize("requested", ["nccl", "cuda:nccl,cpu:gloo", "gloo"])
+def test_backend_rule_keeps_nccl_on_cuda_hosts(requested: str) -> None:
+    decision = resolve_backend(requested, CUDA)
+    assert (decision.backend, decision.moved) == (requested, False)
+
+
+# -- the wrappers, in a one-rank world -----------------------------------------------------
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[Callable[..., None]]:
+    """``init(backend, ...)`` starts a one-rank world on a file store; it ends after the test."""
+    store = f"file://{tmp_path / 'store'}"
+
+    def init(*args: Any, **kwargs: Any) -> None:
+        dist.init_process_group(*args, init_method=store, rank=0, world_size=1, **kwargs)
+
+    try:
+        yield init
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _entries(api: str) -> list[tuple[str, str, int]]:
+    return [(e.requested, e.decided, e.site.lineno) for e in torchdevice.report().entries
+            if e.api == api]  # fmt: skip
+
+
+def _line() -> int:
+    frame = inspect.currentframe()
+    assert frame is not None
+    assert frame.f_back is not None
+    return frame.f_back.f_lineno
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda init: init("nccl"), id="positional"),
+        pytest.param(lambda init: init(backend="nccl"), id="keyword"),
+        pytest.param(lambda init: init(dist.Backend.NCCL), id="Backend.NCCL"),
+        pytest.param(lambda init: init("cuda:nccl,cpu:gloo"), id="device-string"),
+    ],
+)
+def test_init_process_group_nccl_runs_on_gloo(world: Callable[..., None], call: Any) -> None:
+    torchdevice.enable()
+    call(world)
+    assert dist.get_backend() == "gloo"
+    [(requested, decided, _)] = _entries("torch.distributed.init_process_group")
+    assert decided == "gloo"
+    assert "nccl" in requested
+    t = torch.arange(3.0, device="cuda")
+    dist.all_reduce(t)  # one rank: the sum is the tensor itself, on the real device
+    assert t.device.type == "cpu"
+    assert t.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_resolution_is_reported_at_the_users_line(
+    world: Callable[..., None], tmp_path: Path
+) -> None:
+    torchdevice.enable()
+    store = f"file://{tmp_path / 'store'}"
+    line = _line() + 1
+    dist.init_process_group(backend="nccl", init_method=store, rank=0, world_size=1)
+    group = dist.new_group(backend="nccl")
+    group_line = _line() - 1
+    assert _entries("torch.distributed.init_process_group") == [("nccl", "gloo", line)]
+    assert _entries("torch.distributed.new_group") == [("nccl", "gloo", group_line)]
+    assert dist.get_backend(group) == "gloo"
+    entry = next(e for e in torchdevice.report().entries if e.api.endswith("new_group"))
+    assert entry.site.filename == __file__
+
+
+@pytest.mark.filterwarnings("ignore:Attempted to get default timeout for nccl:UserWarning")
+def test_native_torch_has_no_nccl_here(world: Callable[..., None]) -> None:
+    """What the wrappers fix, and that they leave again on disable()."""
+    torchdevice.enable()
+    torchdevice.disable()
+    assert dist.init_process_group is REAL_INIT_PROCESS_GROUP
+    with pytest.raises(RuntimeError, match="Distributed package doesn't have NCCL built in"):
+        world("nccl")
+
+
+def test_device_id_of_nccl_is_dropped(world: Callable[..., None]) -> None:
+    """``device_id`` binds NCCL to a GPU; gloo binds to none (torch rejects the CPU)."""
+    torchdevice.enable()
+    world("nccl", device_id=torch.device("cuda", 0))
+    assert dist.get_backend() == "gloo"
+    assert ("device_id=cpu", "device_id=None") in [
+        (requested, decided)
+        for requested, decided, _ in _entries("torch.distributed.init_process_group")
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:Attempted to get default timeout for nccl:UserWarning")
+def test_nccl_stays_on_a_cuda_host(world: Callable[..., None]) -> None:
+    """On a CUDA host the script's backend is kept: here (no NCCL) torch's own error."""
+    torchdevice.enable(host=CUDA)
+    with pytest.raises(RuntimeError, match="Distributed package doesn't have NCCL built in"):
+        world("nccl")
+    assert _entries("torch.distributed.init_process_group") == []
+
+
+def test_is_nccl_available_answers_like_cuda_is_available() -> None:
+    native = REAL_IS_NCCL_AVAILABLE()
+    assert native is False  # this CPU build has no NCCL
+    torchdevice.enable()
+    assert dist.is_nccl_available() is True
+    assert torch.cuda.is_available() is True
+    torchdevice.enable(cuda_available=False)
+    assert dist.is_nccl_available() is False
+    assert torch.cuda.is_available() is False
+    torchdevice.disable()
+    assert dist.is_nccl_available() is native
+
+
+def test_ddp_accepts_device_ids_of_the_one_device(world: Callable[..., None]) -> None:
+    world("gloo")
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="device_ids and output_device arguments only work"):
+        DDP(nn.Linear(3, 1), device_ids=[0], output_device=0)  # native torch, CPU module
+    torchdevice.enable()
+    torch.cuda.set_device(1)  # rank 1 of a node: accepted, one real device
+    model = nn.Linear(3, 1).cuda()
+    expected = nn.Linear(3, 1)
+    expected.load_state_dict(model.state_dict())
+    line = _line() + 1
+    ddp = DDP(model, device_ids=[1], output_device=1)
+    assert ddp.device_ids is None
+    assert ddp.device.type == "cpu"
+    x = torch.randn(4, 3, device="cuda")
+    ddp(x).sum().backward()
+    expected(x).sum().backward()
+    assert model.weight.grad is not None
+    assert expected.weight.grad is not None
+    torch.testing.assert_close(model.weight.grad, expected.weight.grad)
+    [(requested, decided, at)] = _entries("torch.nn.parallel.DistributedDataParallel")
+    assert (requested, decided, at) == ("device_ids=[1]", "device_ids=None", line)

@@ -1,0 +1,148 @@
+"""The NCCL DDP script of ``tests/scripts`` under torchrun, 2 ranks, as users launch it.
+
+Each launch is ``python -m torch.distributed.run`` in a subprocess of its own session
+(killed with its workers in ``finally``), with ``TMPDIR`` inside ``tmp_path`` so nothing
+torchelastic writes outlives the test. The ranks must end with identical parameters equal
+to one process training on the full batch (natively, in this process), and a falling loss.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+SCRIPTS = Path(__file__).parent / "scripts"
+DDP_SCRIPT = SCRIPTS / "ddp_nccl.py"
+ON_SIMGPU = SCRIPTS / "on_simgpu.py"
+TIMEOUT = 150
+
+
+def _script_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ddp_nccl_reference", DDP_SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[list[torch.Tensor], list[float]]:
+    """Parameters and losses of one native process training on the whole batch."""
+    params, losses = _script_module().reference()
+    return params, losses
+
+
+def _line_of(code: str) -> int:
+    """The line of the DDP script where ``code`` stands (where the log must point)."""
+    lines = DDP_SCRIPT.read_text().splitlines()
+    return next(number for number, text in enumerate(lines, 1) if code in text)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(launches: list[list[str]], tmp_path: Path, env_extra: dict[str, str]) -> str:
+    """Run the torchrun command lines at once; their combined output when all succeed."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "ACTIVATE_TORCH_DEVICE"}
+    env.update(TMPDIR=str(tmp_path / "tmp"), TORCHDEVICE_LOG_LEVEL="INFO", **env_extra)
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        for argv in launches:
+            command = [sys.executable, "-m", "torch.distributed.run", *argv]
+            processes.append(subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True,
+            ))  # fmt: skip
+        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+    text = "\n".join(outputs)
+    assert all(p.returncode == 0 for p in processes), text
+    return text
+
+
+def _check_ranks(out: Path, reference: tuple[list[torch.Tensor], list[float]], device: str) -> None:
+    params, losses = reference
+    ranks: list[dict[str, Any]] = [torch.load(out / f"rank{r}.pt") for r in (0, 1)]
+    for rank in ranks:
+        assert rank["backend"] == "gloo"
+        assert rank["device"] == device
+        got = [torch.tensor(p) for p in rank["params"]]
+        for mine, theirs, expected in zip(got, [torch.tensor(p) for p in ranks[0]["params"]],
+                                          params, strict=True):  # fmt: skip
+            assert torch.equal(mine, theirs)  # identical on every rank
+            torch.testing.assert_close(mine, expected, rtol=1e-5, atol=1e-5)
+        assert rank["losses"] == ranks[0]["losses"]
+        torch.testing.assert_close(rank["losses"], losses, rtol=1e-5, atol=1e-5)
+        assert all(b < a for a, b in zip(rank["losses"], rank["losses"][1:], strict=False))
+
+
+def test_torchrun_standalone_cpu(tmp_path: Path, reference: Any) -> None:
+    """``ACTIVATE_TORCH_DEVICE=1 torchrun --standalone --nproc_per_node=2``: NCCL on gloo."""
+    out = tmp_path / "out"
+    out.mkdir()
+    log = _run([["--standalone", "--nproc_per_node=2", str(DDP_SCRIPT), str(out)]], tmp_path,
+               {"ACTIVATE_TORCH_DEVICE": "1"})  # fmt: skip
+    _check_ranks(out, reference, "cpu")
+    line = _line_of('dist.init_process_group(backend="nccl")')
+    assert (
+        f"ddp_nccl.py:{line} in main(): torch.distributed.init_process_group(nccl) -> gloo" in log
+    )
+    assert "DistributedDataParallel(device_ids=[1]) -> device_ids=None" in log
+
+
+def test_torchrun_two_nodes_cpu(tmp_path: Path, reference: Any) -> None:
+    """Two launchers, ``--nnodes 2`` with c10d rendezvous on 127.0.0.1, one rank each."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = _free_port()
+    launches = [
+        ["--nnodes", "2", "--node_rank", str(node), "--rdzv-backend", "c10d",
+         "--rdzv-endpoint", f"127.0.0.1:{port}", "--nproc_per_node", "1",
+         str(DDP_SCRIPT), str(out)]
+        for node in (0, 1)
+    ]  # fmt: skip
+    _run(launches, tmp_path, {"ACTIVATE_TORCH_DEVICE": "1"})
+    _check_ranks(out, reference, "cpu")
+
+
+def test_torchrun_simulated_accelerator(tmp_path: Path, reference: Any) -> None:
+    """On the MPS stand-in, which gloo cannot take: DDP's collectives stage through CPU."""
+    out = tmp_path / "out"
+    out.mkdir()
+    log = _run([["--standalone", "--nproc_per_node=2", str(ON_SIMGPU), str(DDP_SCRIPT),
+                 str(out)]], tmp_path, {})  # fmt: skip
+    _check_ranks(out, reference, "simgpu:0")
+    assert "init_process_group(nccl) -> gloo (NCCL needs CUDA; mps host: gloo)" in log
+    assert "DistributedDataParallel(simgpu) -> cpu (gloo takes no device tensors" in log
+
+
+def test_torchrun_simulated_collectives(tmp_path: Path) -> None:
+    """all_reduce, broadcast, all_gather(_into_tensor), reduce_scatter(_tensor), barrier,
+    async work and object collectives across 2 ranks, on the simulated accelerator."""
+    out = tmp_path / "out"
+    out.mkdir()
+    script = SCRIPTS / "collectives.py"
+    log = _run([["--standalone", "--nproc_per_node=2", str(ON_SIMGPU), str(script), str(out)]],
+               tmp_path, {})  # fmt: skip
+    for rank in (0, 1):
+        assert (out / f"collectives{rank}.txt").read_text() == "simgpu:0"
+    assert "torch.distributed.all_reduce(simgpu) -> cpu (gloo takes no device tensors" in log
