@@ -73,6 +73,7 @@ _FACADE_FUNCTIONS: dict[str, str] = {
     "reset_peak_memory_stats": "torch.accelerator.reset_peak_memory_stats",
     "reset_accumulated_memory_stats": "torch.accelerator.reset_accumulated_memory_stats",
     "mem_get_info": "torch.accelerator.get_memory_info",
+    "current_allocated_memory": "torch.accelerator.memory_allocated",  # torch.mps
     "manual_seed": "torch.manual_seed",
     "manual_seed_all": "torch.manual_seed",
     "seed": "torch.seed",
@@ -114,7 +115,7 @@ _FACADE_NO_EQUIVALENT: dict[str, str] = {
 _MEMORY = frozenset(
     {"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
      "memory_stats", "empty_cache", "reset_peak_memory_stats",
-     "reset_accumulated_memory_stats", "mem_get_info"}
+     "reset_accumulated_memory_stats", "mem_get_info", "current_allocated_memory"}
 )  # fmt: skip
 
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
@@ -245,6 +246,7 @@ class _Porter:
         self.edits: list[_Edit] = []
         self.notes: dict[int, list[str]] = {}  # statement's first line -> comments
         self.uses_device = False
+        self.caveats: set[str] = set()
         self.module_binding: ast.Assign | None = None
         self.var = self._choose_name()
 
@@ -363,7 +365,11 @@ class _Porter:
         elif api == "torch.distributed.init_process_group":
             self.port_backend(call)
         elif api.startswith(("torch.cuda.", "torch.mps.")):
-            self.port_facade(api.split(".", 2)[2], call)
+            self.port_facade(api, call)
+        elif api.startswith("torch.backends.mps."):
+            if not (api.endswith(".is_available") and self.port_guard(call, "MPS")):
+                why = "torch.accelerator.is_available() asks about any accelerator"
+                self.note(call, f"{api}() asks about MPS alone; {why}")
         else:  # factories, torch.Generator, random ops: a device= argument
             argument = _keyword(call, "device")
             if argument is not None:
@@ -451,8 +457,9 @@ class _Porter:
             self.note(call, f"the backend `{self.src.segment(node)}` is set elsewhere: use "
                       f"torch.distributed.get_default_backend_for_device({self.var})")  # fmt: skip
 
-    def port_facade(self, name: str, call: ast.Call) -> None:
-        if name == "is_available" and self.port_guard(call):
+    def port_facade(self, api: str, call: ast.Call) -> None:
+        name = api.split(".", 2)[2]
+        if name == "is_available" and self.port_guard(call, api.split(".")[1].upper()):
             return
         if name == "stream" and len(call.args) == 1 and not call.keywords:
             self.replace(call, self.src.segment(call.args[0]))  # a torch.Stream is a context
@@ -464,19 +471,20 @@ class _Porter:
         replacement = _FACADE_FUNCTIONS.get(name)
         if replacement is None:
             why = _FACADE_NO_EQUIVALENT.get(name, "no device-agnostic equivalent")
-            self.note(call, f"torch.cuda.{name}(): {why}")
+            self.note(call, f"{api}(): {why}")
             return
         if "{device}" in replacement:
             replacement = replacement.format(device=self.device())
         self.replace(call.func, replacement)
         caveat = _FACADE_CAVEATS.get("memory" if name in _MEMORY else name)
-        if caveat:
+        if caveat and caveat not in self.caveats:  # once per file, at its first use
+            self.caveats.add(caveat)
             self.note(call, caveat)
 
-    def port_guard(self, call: ast.Call) -> bool:
+    def port_guard(self, call: ast.Call, what: str) -> bool:
         """Remove ``if not torch.cuda.is_available(): sys.exit(...)`` (or ``raise``).
 
-        Such a guard says "this code needs CUDA"; once ported, it does not: on a host
+        Such a guard says "this code needs CUDA" (or MPS); once ported, it does not: on a host
         without an accelerator it runs on the CPU. Only an ``if`` whose whole test is the
         negated call, with no ``else`` and a body that only exits or raises, is removed
         (and ``assert torch.cuda.is_available()``); any other use keeps its meaning
@@ -484,7 +492,7 @@ class _Porter:
         """
         parent = self.src.parents.get(call)
         if isinstance(parent, ast.Assert) and parent.test is call:
-            why = "removed `assert torch.cuda.is_available()`: the ported code runs on the CPU"
+            why = f"removed `assert {self.src.segment(call)}`: the ported code runs on the CPU"
             self.remove_statement(parent, why + " when there is no accelerator")
             return True
         if not (isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)):
@@ -501,7 +509,7 @@ class _Porter:
                 and _dotted(statement.value.func) in _EXITS
             ):
                 return False
-        why = f"removed a guard that exits without CUDA: the ported code runs on `{self.var}`"
+        why = f"removed a guard that exits without {what}: the ported code runs on `{self.var}`"
         self.remove_statement(guard, why + ", the CPU when there is no accelerator")
         return True
 
