@@ -275,6 +275,29 @@ def test_autocast_gradscaler_and_backend_take_the_device() -> None:
     ]
 
 
+def test_mps_first_code_and_aliases() -> None:
+    new, notes = port(
+        """\
+        import torch
+        from torch.cuda import synchronize as sync
+        if not torch.backends.mps.is_available():
+            raise SystemExit("needs a Mac")
+        x = torch.ones(1, device="mps")
+        torch.mps.synchronize()
+        sync()
+        """,
+        ("torch.backends.mps.is_available", "torch.backends"), ("torch.ones", "torch.ones"),
+        ("torch.mps.synchronize", "torch.mps"), ("torch.cuda.synchronize", "sync"),
+    )  # fmt: skip
+    assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
+        {GUARD_REMOVED.replace("CUDA", "MPS")}        x = torch.ones(1, device=device)
+        torch.get_device_module(device).synchronize()
+        {MARK} a call of torch.cuda.synchronize under another name (`sync`): port it by hand
+        sync()
+        """)  # fmt: skip
+    assert len(notes) == 1
+
+
 def test_positions_are_byte_columns_and_a_changed_file_is_left_alone() -> None:
     source = 'import torch\nname = "é"; x = torch.zeros(1, device="cuda")\n'
     new, _ = port_source(source, entries_for(source, ("torch.zeros", "torch.zeros")))

@@ -362,8 +362,17 @@ class _Porter:
             self.port_amp(call, "torch.autocast", "device_type")
         elif api in ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler"):
             self.port_amp(call, "torch.amp.GradScaler", "device")
-        elif api == "torch.distributed.init_process_group":
-            self.port_backend(call)
+        elif api in ("torch.distributed.init_process_group", "torch.distributed.new_group"):
+            if entry.requested.startswith("device_id="):
+                self.note(call, "device_id binds NCCL to one GPU, and torch rejects the CPU as "
+                          "one: pass it only when device.type == 'cuda'")  # fmt: skip
+            else:
+                self.port_backend(call)
+        elif api == "torch.nn.parallel.DistributedDataParallel":
+            why = "device_ids/output_device name a GPU, and CPU modules reject them"
+            self.note(call, f"{why}: leave them out for a module already on `{self.device()}`")
+        elif api.startswith("torch.distributed."):
+            pass  # a collective: device-agnostic once the backend is (staged on MPS-like hosts)
         elif api.startswith(("torch.cuda.", "torch.mps.")):
             self.port_facade(api, call)
         elif api.startswith("torch.backends.mps."):
