@@ -126,6 +126,29 @@ def test_a_module_level_device_binding_is_rewritten_and_local_copies_removed() -
         """)
 
 
+def test_a_removed_statement_never_leaves_a_block_empty_nor_takes_its_neighbours() -> None:
+    new, _ = port(
+        """\
+        import torch
+
+        def f(flag):
+            if flag:
+                device = torch.device("cuda")
+            x = 1; device = torch.device("cuda")
+            return torch.zeros(1, device=device)
+        """,
+        ("torch.device", 'torch.device("cuda")'),
+    )
+    assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent("""\
+
+        def f(flag):
+            if flag:
+                pass
+            x = 1; pass
+            return torch.zeros(1, device=device)
+        """)
+
+
 def test_another_device_binding_makes_the_port_choose_another_name() -> None:
     new, _ = port(
         """\
@@ -352,3 +375,13 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
     assert done.stdout.startswith("diff --git a/t.py b/t.py\n")  # the script's print: stderr
     assert "+print(torch.ones(2).to(device).device)\n" in done.stdout
     assert "cpu" in done.stderr
+
+
+def test_cli_port_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: torchdevice port [-h] [--report REPORT.json]")
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "    port " in capsys.readouterr().out

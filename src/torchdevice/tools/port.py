@@ -305,10 +305,30 @@ class _Porter:
             self.notes[line].append(text)
 
     def remove_statement(self, statement: ast.stmt, why: str | None) -> None:
-        start = self.src.line_start(statement.lineno)
-        end = self.src.line_start((statement.end_lineno or statement.lineno) + 1)
-        text = f"{self.src.indent(statement.lineno)}{MARK} {why}\n" if why else ""
-        self.edits.append(_Edit(start, end, text))
+        """Remove ``statement``: its whole lines, or (sharing a line) its text.
+
+        A block is never left empty: the sole statement of a body becomes ``pass``.
+        """
+        first, last = statement.lineno, statement.end_lineno or statement.lineno
+        start, end = self.src.start(statement), self.src.end(statement)
+        alone = (
+            not self.src.data[self.src.line_start(first) : start].strip()
+            and not self.src.data[end : self.src.line_start(last + 1)].strip()
+        )
+        parent = self.src.parents.get(statement)
+        sole = any(
+            getattr(parent, name, None) == [statement]
+            for name in ("body", "orelse", "finalbody", "handlers")
+        )
+        indent = self.src.indent(first)
+        if not alone:
+            self.edits.append(_Edit(start, end, "pass"))
+            if why:
+                self.note(statement, why)
+            return
+        text = f"{indent}{MARK} {why}\n" if why else ""
+        text += f"{indent}pass\n" if sole else ""
+        self.edits.append(_Edit(self.src.line_start(first), self.src.line_start(last + 1), text))
 
     def device_argument(self, node: ast.AST, *, as_type: bool = False) -> None:
         """Make the device argument ``node`` the device variable (or say why not)."""
