@@ -321,6 +321,32 @@ def test_mps_first_code_and_aliases() -> None:
     assert len(notes) == 1
 
 
+def test_rows_of_torchdevice_rules() -> None:
+    source = textwrap.dedent("""\
+        import torch
+        x = torch.zeros(2, dtype=torch.float64, device="mps")
+        y = torch.special.ndtri(x)
+        z = x.to("cpu:-1")
+        """)
+    rows = [
+        *entries_for(source, ("torch.zeros", "torch.zeros"), kind="dtype"),
+        *entries_for(source, ("torch.special_ndtri", "torch.special"), kind="fallback"),
+        *entries_for(source, ("Tensor.to", "x.to"), kind="override"),
+    ]
+    rows[1] = dataclasses.replace(rows[1], requested="mps:0, float32")
+    new, notes = port_source(source, rows)
+    assert new.splitlines()[1:] == [
+        f"{MARK} MPS has no float64: torchdevice narrowed it to float32 here; use float32 (or "
+        "keep this on the CPU) for MPS",
+        'x = torch.zeros(2, dtype=torch.float64, device="mps")',
+        f"{MARK} torch.special_ndtri has no kernel on mps: torchdevice reran it on the CPU; "
+        "natively, move it to the CPU (or set PYTORCH_ENABLE_MPS_FALLBACK=1 on a Mac)",
+        "y = torch.special.ndtri(x)",
+        'z = x.to("cpu")',
+    ]
+    assert len(notes) == 2
+
+
 def test_positions_are_byte_columns_and_a_changed_file_is_left_alone() -> None:
     source = 'import torch\nname = "é"; x = torch.zeros(1, device="cuda")\n'
     new, _ = port_source(source, entries_for(source, ("torch.zeros", "torch.zeros")))

@@ -363,11 +363,14 @@ class _Porter:
         api = entry.api
         func = call.func
         called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if entry.kind in ("fallback", "dtype", "override"):
+            self.port_rule(entry, call)
+            return
         if called != api.rsplit(".", 1)[-1]:  # `from torch.cuda import synchronize as sync`
             self.note(call, f"a call of {api} under another name (`{self.src.segment(func)}`): "
                       "port it by hand")  # fmt: skip
             return
-        if entry.kind == "dtype" or api == "Tensor.type":
+        if api == "Tensor.type" or (api.startswith("torch.cuda.") and api.endswith("Tensor")):
             self.note(call, "a legacy typed tensor (torch.cuda.FloatTensor...): use "
                       f".to({self.var}, dtype) or a factory with dtype= and device=")  # fmt: skip
         elif api in ("Tensor.cuda", "Module.cuda"):
@@ -407,6 +410,21 @@ class _Porter:
                 self.device_argument(call.args[0])
             else:
                 self.note(call, f"{api} is given its device in a way the port cannot see")
+
+    def port_rule(self, entry: Entry, call: ast.Call) -> None:
+        """Rows of torchdevice's own rules rather than of a device request."""
+        if entry.kind == "override":  # "cpu:-1" is torchdevice's; natively it is "cpu"
+            for node in [*call.args, *(keyword.value for keyword in call.keywords)]:
+                if isinstance(node, ast.Constant) and node.value == "cpu:-1":
+                    self.replace(node, '"cpu"')
+        elif entry.kind == "dtype":
+            self.note(call, "MPS has no float64: torchdevice narrowed it to float32 here; "
+                      "use float32 (or keep this on the CPU) for MPS")  # fmt: skip
+        else:
+            where = entry.requested.split(",")[0].split(":")[0]  # "mps:0, float32" -> mps
+            self.note(call, f"{entry.api} has no kernel on {where}: "
+                      "torchdevice reran it on the CPU; natively, move it to the CPU "
+                      "(or set PYTORCH_ENABLE_MPS_FALLBACK=1 on a Mac)")  # fmt: skip
 
     def port_cuda_method(self, call: ast.Call) -> None:
         if not isinstance(call.func, ast.Attribute):
