@@ -214,8 +214,14 @@ def test_the_hook_wraps_only_torch_and_leaves_after_one_use(monkeypatch):
 
 
 def _exported() -> dict[str, str]:
+    """The settings in the environment (the report-parts directory is the report's own
+    variable, tested in test_report_parts.py)."""
     names = {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
-    return {k: v for k, v in os.environ.items() if k in names or k.startswith("TORCHDEVICE_")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if (k in names or k.startswith("TORCHDEVICE_")) and k != "TORCHDEVICE_REPORT_PARTS"
+    }
 
 
 def test_enable_exports_what_children_need_and_disable_restores_it(monkeypatch, tmp_path):

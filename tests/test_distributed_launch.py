@@ -55,15 +55,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(launches: list[list[str]], tmp_path: Path, env_extra: dict[str, str]) -> str:
-    """Run the torchrun command lines at once; their combined output when all succeed."""
+def _run(
+    launches: list[list[str]],
+    tmp_path: Path,
+    env_extra: dict[str, str],
+    prefix: tuple[str, ...] = ("-m", "torch.distributed.run"),
+) -> str:
+    """Run the torchrun command lines at once; their combined output when all succeed.
+
+    ``prefix`` is what comes after ``python``: torchrun itself, or torchrun under the
+    torchdevice launcher.
+    """
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "ACTIVATE_TORCH_DEVICE"}
     env.update(TMPDIR=str(tmp_path / "tmp"), TORCHDEVICE_LOG_LEVEL="INFO", **env_extra)
     processes: list[subprocess.Popen[str]] = []
     try:
         for argv in launches:
-            command = [sys.executable, "-m", "torch.distributed.run", *argv]
+            command = [sys.executable, *prefix, *argv]
             processes.append(subprocess.Popen(
                 command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 start_new_session=True,
@@ -107,6 +116,31 @@ def test_torchrun_standalone_cpu(tmp_path: Path, reference: Any) -> None:
         f"ddp_nccl.py:{line} in main(): torch.distributed.init_process_group(nccl) -> gloo" in log
     )
     assert "DistributedDataParallel(device_ids=[1]) -> device_ids=None" in log
+
+
+def test_torchrun_under_the_launcher_one_report(tmp_path: Path, reference: Any) -> None:
+    """``python -m torchdevice -m torch.distributed.run ...``: the script unmodified, and
+    one migration report for the launcher and both ranks."""
+    out = tmp_path / "out"
+    out.mkdir()
+    log = _run([["--standalone", "--nproc_per_node=2", str(DDP_SCRIPT), str(out)]], tmp_path,
+               {}, prefix=("-m", "torchdevice", "-m", "torch.distributed.run"))  # fmt: skip
+    _check_ranks(out, reference, "cpu")
+    headers = [line for line in log.splitlines() if "torchdevice migration report" in line]
+    assert len(headers) == 1, log  # the ranks' parts are merged into the launcher's
+    assert headers[0].endswith("in 3 processes (ranks 0, 1)"), headers[0]
+    line = _line_of('dist.init_process_group(backend="nccl")')
+    assert f"ddp_nccl.py:{line} in main(): torch.distributed.init_process_group(nccl)" in log
+
+
+def test_torchdevice_as_torchruns_module(tmp_path: Path, reference: Any) -> None:
+    """``torchrun ... -m torchdevice train.py``: each worker is launched redirected."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--standalone", "--nproc_per_node=2", "-m", "torchdevice", "--no-report",
+            str(DDP_SCRIPT), str(out)]  # fmt: skip
+    _run([argv], tmp_path, {})
+    _check_ranks(out, reference, "cpu")
 
 
 def test_torchrun_two_nodes_cpu(tmp_path: Path, reference: Any) -> None:

@@ -10,8 +10,6 @@ import sys
 import torch
 import torch.distributed as dist
 
-import torchdevice  # noqa: F401  # until the .pth lands
-
 
 def main() -> None:
     dist.init_process_group("nccl")

@@ -21,8 +21,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import torchdevice  # noqa: F401  # until the .pth lands
-
 STEPS = 6
 SAVE_AFTER = 3
 MICRO = 2  # micro-batches per step and rank (gradient accumulation)
