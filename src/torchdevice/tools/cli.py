@@ -217,7 +217,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
             # output goes to stderr so that stdout carries the patch alone.
             done = subprocess.run(
                 [sys.executable, "-m", "torchdevice", "run", "--report", str(path), *rest],
-                stdout=sys.stderr, check=False,
+                stdout=2, check=False,
             )  # fmt: skip
             if not path.exists():
                 parser.exit(2, f"{prog}: error: the script wrote no report "

@@ -22,7 +22,6 @@ import ast
 import difflib
 import os
 import re
-import sys
 import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -673,7 +672,6 @@ def unified_diff(label: str, old: str, new: str) -> str:
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    roots.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
     import torchdevice  # noqa: PLC0415 - its own package directory
 
     roots.add(os.path.dirname(os.path.abspath(torchdevice.__file__)))
