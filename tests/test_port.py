@@ -78,6 +78,7 @@ def test_device_arguments_become_one_device_inserted_after_the_imports() -> None
         m = nn.Linear(2, 2).cuda()
         z = y.to("cuda")
         w = torch.ones(1, device=torch.device("cuda", 0))
+        v = torch.device("cuda", w.get_device() + 1)
         s = torch.load("f.pt", map_location="cuda")
         t = torch.load("f.pt")
         ''',
@@ -98,6 +99,7 @@ def test_device_arguments_become_one_device_inserted_after_the_imports() -> None
         m = nn.Linear(2, 2).to(device)
         z = y.to(device)
         w = torch.ones(1, device=device)
+        v = torch.device(device.type, w.get_device() + 1)
         s = torch.load("f.pt", map_location=device)
         t = torch.load("f.pt", map_location=device)
         ''')

@@ -450,7 +450,15 @@ class _Porter:
 
     def port_torch_device(self, call: ast.Call) -> None:
         if not _is_device_literal(call):
-            self.device_argument(call)  # a note: its argument comes from elsewhere
+            kind = call.args[0] if call.args else None
+            if (
+                isinstance(kind, ast.Constant)
+                and isinstance(kind.value, str)
+                and kind.value in ("cuda", "mps", "xpu")
+            ):  # torch.device("cuda", index): the index stays, the type is the device's
+                self.replace(kind, self.device() + ".type")
+            else:
+                self.device_argument(call)  # a note: its argument comes from elsewhere
             return
         parent = self.src.parents.get(call)
         if (
