@@ -252,9 +252,12 @@ GUARD_REMOVED = (
     [
         ('if not torch.cuda.is_available():\n    sys.exit("needs CUDA")\n', GUARD_REMOVED),
         ("if not torch.cuda.is_available():\n    raise SystemExit(1)\n", GUARD_REMOVED),
+        ('if not torch.cuda.is_available():\n    print("no GPU")\n    logger.error("no")\n'
+         "    sys.exit(1)\n", GUARD_REMOVED),
         ("assert torch.cuda.is_available()\n", f"{MARK} removed `assert torch.cuda."
          "is_available()`: the ported code runs on the CPU when there is no accelerator\n"),
         # Anything else keeps its meaning, through torch.accelerator.is_available().
+        ('if not torch.cuda.is_available():\n    cleanup()\n    sys.exit(1)\n', None),
         ('if not torch.cuda.is_available():\n    print("no GPU")\n', None),
         ("if not torch.cuda.is_available():\n    sys.exit(1)\nelse:\n    pass\n", None),
         ("ok = not torch.cuda.is_available()\n", None),

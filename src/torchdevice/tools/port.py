@@ -120,6 +120,14 @@ _MEMORY = frozenset(
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
+def _is_message(name: str) -> bool:
+    """``print``, ``warnings.warn``, ``logging.error``, ``logger.warning``...: a message."""
+    head, _, tail = name.rpartition(".")
+    if name in ("print", "warnings.warn"):
+        return True
+    return tail in {"debug", "info", "warning", "error", "critical", "exception"} and bool(head)
+
+
 @dataclass(frozen=True, order=True)
 class _Edit:
     """Replace ``source[start:end]`` (UTF-8 byte offsets) by ``text``."""
@@ -540,7 +548,8 @@ class _Porter:
 
         Such a guard says "this code needs CUDA" (or MPS); once ported, it does not: on a host
         without an accelerator it runs on the CPU. Only an ``if`` whose whole test is the
-        negated call, with no ``else`` and a body that only exits or raises, is removed
+        negated call, with no ``else`` and a body that only exits or raises (after printing
+        or logging why), is removed
         (and ``assert torch.cuda.is_available()``); any other use keeps its meaning
         through ``torch.accelerator.is_available()``.
         """
@@ -554,15 +563,20 @@ class _Porter:
         guard = self.src.parents.get(parent)
         if not (isinstance(guard, ast.If) and guard.test is parent and not guard.orelse):
             return False
-        for statement in guard.body:
-            if isinstance(statement, ast.Raise):
-                continue
-            if not (
-                isinstance(statement, ast.Expr)
-                and isinstance(statement.value, ast.Call)
-                and _dotted(statement.value.func) in _EXITS
-            ):
-                return False
+        *before, last = guard.body
+        exits = isinstance(last, ast.Raise) or (
+            isinstance(last, ast.Expr)
+            and isinstance(last.value, ast.Call)
+            and _dotted(last.value.func) in _EXITS
+        )
+        says = all(  # what comes before the exit only tells the user why
+            isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Call)
+            and _is_message(_dotted(statement.value.func))
+            for statement in before
+        )
+        if not (exits and says):
+            return False
         why = f"removed a guard that exits without {what}: the ported code runs on `{self.var}`"
         self.remove_statement(guard, why + ", the CPU when there is no accelerator")
         return True
