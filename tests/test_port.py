@@ -178,6 +178,27 @@ def test_nested_spans_make_no_overlapping_edits() -> None:
     assert new.splitlines()[-1] == "x = torch.zeros(1, device=device).to(device)"
 
 
+def test_two_rows_for_one_call_edit_it_once_and_comments_stay_one_line() -> None:
+    new, notes = port(
+        """\
+        import torch
+        m = torch.nn.Linear(1, 1).cuda()
+        x = torch.zeros(1, device=f(
+            "gpu"))
+        """,
+        ("Tensor.cuda", "torch.nn.Linear(1, 1).cuda"),
+        ("Module.cuda", "torch.nn.Linear(1, 1).cuda"),
+        ("torch.zeros", "torch.zeros"),
+    )  # fmt: skip
+    assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
+        m = torch.nn.Linear(1, 1).to(device)
+        {MARK} the device here is `f( "gpu")`, set elsewhere: make it `device` where it is defined
+        x = torch.zeros(1, device=f(
+            "gpu"))
+        """)
+    assert len(notes) == 1
+
+
 def test_facade_calls_become_accelerator_calls() -> None:
     new, notes = port(
         """\

@@ -308,6 +308,7 @@ class _Porter:
 
     def note(self, node: ast.AST, text: str) -> None:
         line = self.src.statement(node).lineno
+        text = " ".join(text.split())  # a multi-line expression quoted stays one comment line
         if text not in self.notes.setdefault(line, []):
             self.notes[line].append(text)
 
@@ -599,6 +600,8 @@ class _Porter:
             if edit.start == edit.end:  # an insertion: inside another edit it is dropped
                 if any(a.start < edit.start < a.end for a in accepted):
                     continue
+                if any(a.start == a.end == edit.start and a.text == edit.text for a in accepted):
+                    continue  # made twice (two rows for one call: Tensor.cuda and Module.cuda)
                 accepted.append(edit)
                 continue
             if any(a.start <= edit.start and edit.end <= a.end and a.end > a.start
@@ -730,11 +733,11 @@ def port_report(report: MigrationReport, root: Path) -> PortResult:
         except ValueError:
             skipped.append((filename, f"outside {root}"))
             continue
-        old = path.read_text(encoding="utf-8")
         try:
+            old = path.read_text(encoding="utf-8")
             new, notes = port_source(old, by_file[filename])
-        except SyntaxError as exc:
-            skipped.append((filename, f"does not parse: {exc}"))
+        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+            skipped.append((filename, f"cannot be ported: {exc}"))
             continue
         files.append(FilePort(label, old, new, notes))
     patch = "".join(unified_diff(file.path, file.old, file.new) for file in files)
