@@ -479,8 +479,8 @@ class _Porter:
             if self.src.in_function(parent):  # `device = torch.device("cuda")` in a function
                 self.remove_statement(parent, None)  # the module-level one is the same device
                 self.uses_device = True
-            elif self.module_binding is None:
-                self.module_binding = parent
+            else:  # the module's own binding (each of them, if it has several) chooses
+                self.module_binding = self.module_binding or parent
                 self.replace(call, DEVICE_EXPRESSION)
             return
         self.replace(call, self.device())
