@@ -417,6 +417,11 @@ def test_cli_port_from_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["port"])  # neither a report nor a script
     assert exit_info.value.code == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--report", str(tmp_path / "missing.json")])
+    assert exit_info.value.code == 2
+    assert "torchdevice port: error: cannot read the report" in capsys.readouterr().err
 
 
 def test_cli_port_runs_the_script(tmp_path: Path) -> None:
