@@ -367,6 +367,30 @@ def test_uncaught_exception_shows_only_the_scripts_frames(tmp_path):
     ], result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "accepted"),
+    [
+        ("ACTIVATE_TORCH_DEVICE", "yes", "expected '1' to enable torchdevice at import"),
+        ("TORCHDEVICE_LOG_LEVEL", "LOUD", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
+        ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps' or 'cuda'"),
+    ],
+)
+def test_a_bad_variable_is_one_line_and_status_2(tmp_path, variable, value, accepted):
+    marker = tmp_path / "ran"
+    script = write(tmp_path / "marks.py", f"open({str(marker)!r}, 'w').close()\n")
+    env = {**_env(), variable: value}
+    result = subprocess.run(
+        [sys.executable, "-m", "torchdevice", str(script)],
+        env=env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr  # no traceback
+    assert lines[0].startswith(f"python -m torchdevice: error: invalid {variable}={value!r}")
+    assert accepted in lines[0]
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("where", ["missing-dir", "directory"])
 def test_report_path_that_cannot_be_written_fails_before_the_script(tmp_path, where):
     marker = tmp_path / "ran"

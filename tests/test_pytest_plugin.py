@@ -286,3 +286,16 @@ def test_merge_adds_counts_of_the_same_call_site() -> None:
     assert merged.host == "cpu host"
     assert (merged.processes, merged.ranks) == (3, (1,))
     assert MigrationReport.from_dict(merged.to_dict()) == merged
+
+
+def test_a_bad_activate_variable_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a crash at plugin load with a traceback: pytest's usage error, one line."""
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    monkeypatch.setenv("ACTIVATE_TORCH_DEVICE", "yes")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    expected = "ERROR: invalid ACTIVATE_TORCH_DEVICE='yes' from the environment*"
+    result.stderr.fnmatch_lines([expected])
+    assert "Traceback" not in result.stderr.str()

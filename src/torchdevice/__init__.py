@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os as _os
 import sys as _sys
+from types import FrameType as _FrameType
 
 if _sys.platform == "darwin" and "torch" not in _sys.modules:
     # PyTorch's own MPS fallback reruns unsupported MPS ops on the CPU, in backward too,
@@ -90,7 +91,36 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-if activation_requested():
+
+def _imported_by_a_tool() -> bool:
+    """Whether torchdevice is being imported by its own command or pytest plugin.
+
+    ``python -m torchdevice`` imports the package with ``sys.argv[0] == "-m"``; the
+    console script is named ``torchdevice``; pytest imports the plugin while loading
+    ``pytest11`` entry points. Each reports a bad environment as a usage error itself
+    (one line, no traceback), so the package defers the error to them.
+    """
+    argv0 = _sys.argv[0] if _sys.argv else ""
+    if argv0 == "-m" or _os.path.basename(argv0) in ("torchdevice", "torchdevice.exe"):
+        return True
+    frame: _FrameType | None = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "load_setuptools_entrypoints":  # pluggy, for pytest
+            return True
+        frame = frame.f_back
+    return False
+
+
+#: A bad activation variable found at import, kept for the tool that imported us to report.
+_activation_error: SettingsError | None = None
+try:
+    _requested = activation_requested()
+except SettingsError as _error:
+    if not _imported_by_a_tool():
+        raise
+    _activation_error, _requested = _error, False
+
+if _requested:
     from torchdevice.activation import enable as _enable
 
     _enable()

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
+from torchdevice import guide
 from torchdevice.callsite import CallSite, Position, position_of, site_of
 from torchdevice.logs import at_site
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from torchdevice.policy import Decision
 
 __all__ = [
+    "SCHEMA_VERSION",
     "Entry",
     "EventKind",
     "MigrationReport",
@@ -35,6 +36,9 @@ __all__ = [
     "api_name",
     "merge",
 ]
+
+#: The version of the JSON report's schema (:mod:`torchdevice.report_schema`).
+SCHEMA_VERSION = 1
 
 #: ``device-api``: a call of a device's own module (``torch.cuda.synchronize()``...) that
 #: the facade answered; the others are decisions and rules (docs/report.md).
@@ -69,6 +73,9 @@ class Entry:
             "reason": self.reason,
             "count": self.count,
             "positions": [list(position) for position in self.positions],
+            "library": guide.origin(self.site.filename),
+            "to_change": guide.to_change(self),
+            "advice": guide.advice(self),
         }
 
     @classmethod
@@ -98,15 +105,6 @@ def _positions(raw: Iterable[Iterable[int]]) -> tuple[Position, ...]:
     return tuple(sorted(spans))
 
 
-def _display_path(filename: str) -> str:
-    """``filename`` relative to the working directory when it lies below it (text only)."""
-    try:
-        relative = os.path.relpath(filename)
-    except ValueError:  # another drive (Windows)
-        return filename
-    return filename if relative.startswith(os.pardir) else relative
-
-
 @dataclass(frozen=True)
 class MigrationReport:
     """Every call site that was redirected or fell back, with counts.
@@ -129,6 +127,7 @@ class MigrationReport:
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (what :meth:`to_json` writes)."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "host": self.host,
             "total_calls": self.total,
             "call_sites": len(self.entries),
@@ -139,7 +138,16 @@ class MigrationReport:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> MigrationReport:
-        """The report :meth:`to_dict` wrote; fields a writer left out take their defaults."""
+        """The report :meth:`to_dict` wrote; fields a writer left out take their defaults.
+
+        A report of a newer schema than this torchdevice reads is refused, naming both.
+        """
+        version = int(raw.get("schema_version", SCHEMA_VERSION))
+        if version > SCHEMA_VERSION:
+            raise ValueError(
+                f"migration report schema version {version} is newer than this torchdevice "
+                f"reads ({SCHEMA_VERSION}): upgrade torchdevice"
+            )
         return cls(
             str(raw.get("host", "")),
             tuple(Entry.from_dict(entry) for entry in raw.get("entries", ())),
@@ -148,8 +156,13 @@ class MigrationReport:
         )
 
     def to_json(self) -> str:
-        """The report as indented JSON."""
-        return json.dumps(self.to_dict(), indent=2)
+        """The report as indented JSON, checked against its schema
+        (:mod:`torchdevice.report_schema`) first."""
+        from torchdevice.report_schema import Report  # noqa: PLC0415 - pydantic on demand
+
+        data = self.to_dict()
+        Report.model_validate(data)
+        return json.dumps(data, indent=2)
 
     def _processes_text(self) -> str:
         """`` in 3 processes (ranks 0, 1)`` for a merged report; nothing for one process."""
@@ -162,25 +175,20 @@ class MigrationReport:
         return text
 
     def to_text(self) -> str:
-        """The report as a table a person reads at the end of a run."""
+        """The report as a porting guide a person reads at the end of a run: the user's
+        lines to change, grouped by file and line with their source and replacement, then
+        the libraries' call sites apart (:func:`torchdevice.guide.render_text`)."""
         if not self.entries:
             return (
                 f"torchdevice migration report ({self.host}): no call was redirected"
                 f"{self._processes_text()}."
             )
-        lines = [
+        header = (
             f"torchdevice migration report ({self.host}): "
             f"{self.total} call(s) redirected at {len(self.entries)} call site(s)"
-            f"{self._processes_text()}",
-        ]
-        for entry in self.entries:
-            site = entry.site
-            lines.append(
-                f"  {_display_path(site.filename)}:{site.lineno} in {site.function}(): "
-                f"{entry.api}({entry.requested}) -> {entry.decided} "
-                f"x{entry.count} [{entry.kind}: {entry.reason}]"
-            )
-        return "\n".join(lines)
+            f"{self._processes_text()}"
+        )
+        return guide.render_text(self, header)
 
     def __str__(self) -> str:
         return self.to_text()

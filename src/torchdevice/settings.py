@@ -67,6 +67,14 @@ class Settings(BaseModel):
             forced_host(value)  # raises ValueError naming what the machine has
         return value
 
+    @field_validator("host", mode="before")
+    @classmethod
+    def _a_known_kind(cls, value: object) -> object:
+        """A host named by a string must be a host kind (the message lists them)."""
+        if isinstance(value, str) and value not in ("cpu", "mps", "cuda"):
+            raise ValueError("expected 'cpu', 'mps' or 'cuda'")
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:

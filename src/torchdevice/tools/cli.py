@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdevice import __version__
+from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.host import Host, probe_host
 from torchdevice.policy import decide
@@ -275,6 +276,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         _top_parser(prog).parse_args(args)  # prints help or the version, and exits 0
+    try:  # a bad ACTIVATE_TORCH_DEVICE is a usage error: one line, status 2
+        activation_requested()
+    except SettingsError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     command, rest = (args[0], args[1:]) if args[0] in _COMMANDS else ("run", args)
     if command == "info":
         return _info(rest, f"{prog} info")

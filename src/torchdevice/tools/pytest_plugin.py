@@ -51,6 +51,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from torchdevice import report_parts
+from torchdevice.environment import activation_requested
+from torchdevice.errors import SettingsError
 from torchdevice.report import MigrationReport, merge
 
 if TYPE_CHECKING:
@@ -157,8 +159,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
     A suite's root ``conftest.py`` often imports its test utilities, whose module-level
     ``torch.cuda.is_available()`` answers decide which tests skip: they must see the
-    redirected answers, so ``pytest_configure`` would be too late.
+    redirected answers, so ``pytest_configure`` would be too late. A bad
+    ``ACTIVATE_TORCH_DEVICE`` is a usage error here, before any test runs.
     """
+    try:
+        activation_requested()
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if early_config.known_args_namespace.torchdevice_enabled:
         _start(early_config)
 

@@ -1,0 +1,225 @@
+"""The migration report as a porting guide: each line to change, and what to change it to.
+
+A row of the report is a call the code made for one device. Read as a porting guide it
+says, at the user's line, with the line's source text, how the same call is written for
+any device with today's PyTorch (``torch.accelerator``, ``torch.Event``,
+``torch.amp.autocast(device_type)``, ``.to(device)`` with one ``device`` chosen once).
+:func:`advice` is that table; :func:`render_text` the report as a person reads it at the
+end of a run: the user's own files first, grouped by file and line, then the libraries'
+call sites apart (a library that hard-codes ``"cuda"`` is worth knowing, but it is not a
+line the user wrote), and on a big run only the most frequent lines, the rest being in
+the JSON report. ``docs/porting.md`` is the same table for porting by hand;
+``torchdevice port`` turns it into a patch.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from torchdevice.report import Entry, MigrationReport
+
+__all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
+
+#: The one line that chooses the device, which every device argument then names.
+CHOOSE_DEVICE: Final = (
+    'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+)
+_DEVICE_ARG: Final = "pass `device` (chosen once, as above)"
+
+#: Device-module calls with a device-agnostic equivalent (by the name the report gives).
+_DEVICE_API: Final[dict[str, str]] = {
+    "is_available": "torch.accelerator.is_available()",
+    "device_count": "torch.accelerator.device_count()",
+    "current_device": "torch.accelerator.current_device_index()",
+    "set_device": "torch.accelerator.set_device_index(index)",
+    "synchronize": "torch.accelerator.synchronize()",
+    "current_stream": "torch.accelerator.current_stream()",
+    "set_stream": "torch.accelerator.set_stream(stream)",
+    "Event": "torch.Event(...)",
+    "Stream": "torch.Stream(...)",
+    "empty_cache": "torch.accelerator.empty_cache()",
+    "memory_allocated": "torch.accelerator.memory_allocated()",
+    "max_memory_allocated": "torch.accelerator.max_memory_allocated()",
+    "memory_reserved": "torch.accelerator.memory_reserved()",
+    "max_memory_reserved": "torch.accelerator.max_memory_reserved()",
+    "memory_stats": "torch.accelerator.memory_stats()",
+    "reset_peak_memory_stats": "torch.accelerator.reset_peak_memory_stats()",
+    "mem_get_info": "torch.accelerator.get_memory_info()",
+    "get_device_capability": "torch.accelerator.get_device_capability()",
+    "manual_seed": "torch.manual_seed(seed) (seeds every device)",
+    "manual_seed_all": "torch.manual_seed(seed) (seeds every device)",
+    "seed": "torch.seed()",
+    "seed_all": "torch.seed()",
+    "initial_seed": "torch.initial_seed()",
+    "get_rng_state": "torch.get_device_module(device).get_rng_state()",
+    "set_rng_state": "torch.get_device_module(device).set_rng_state(state)",
+    "get_device_name": "torch.get_device_module(device).get_device_name() where the device "
+    "module has one (not torch.cpu): print `device` instead",
+    "get_device_properties": "torch.get_device_module(device).get_device_properties() on "
+    "accelerators; there is no device-agnostic form",
+    "device": "torch.accelerator.device_index(index) (a context manager)",
+}
+
+#: Other APIs the report names, by name.
+_APIS: Final[dict[str, str]] = {
+    "Tensor.cuda": "`.to(device)` (keep `non_blocking=` if given)",
+    "Module.cuda": "`.to(device)`",
+    "torch.device": "`device` itself (chosen once, as above)",
+    "torch.autocast": "`torch.autocast(device.type)`",
+    "torch.amp.GradScaler": "`torch.amp.GradScaler(device.type)`",
+    "torch.load": "`map_location=device`",
+    "torch.distributed.init_process_group": "`backend=torch.distributed."
+    "get_default_backend_for_device(device)`",
+    "torch.distributed.new_group": "`backend=torch.distributed."
+    "get_default_backend_for_device(device)`",
+}
+
+
+def _device_specific(requested: str) -> bool:
+    """Whether a request names one device type (``cuda``, ``mps:0``, an index)."""
+    kind = requested.split(":", maxsplit=1)[0]
+    return kind in ("cuda", "mps") or kind.isdigit()
+
+
+def to_change(entry: Entry) -> bool:
+    """Whether ``entry`` is a line to change: code written for one device.
+
+    A ``"cpu"`` request kept on an accelerator, a device-less factory, an op that fell back
+    to the CPU or a dtype narrowed for MPS are the host's business, not the code's.
+    """
+    if entry.kind == "device-api":
+        return True
+    if entry.kind == "override":
+        return True  # "cpu:-1" is torchdevice's own: remove it
+    return entry.kind == "redirect" and _device_specific(entry.requested)
+
+
+def advice(entry: Entry) -> str:
+    """What the call of ``entry`` becomes in device-agnostic code (one line)."""
+    if entry.kind == "override":
+        return "`cpu:-1` is torchdevice's CPU override: use `cpu`"
+    if entry.kind == "fallback":
+        return "no change: the op ran on the CPU because the device lacks it"
+    if entry.kind == "dtype":
+        return "no change needed; MPS has no float64, so use float32 where the device is MPS"
+    if entry.kind == "device-api":
+        name = entry.api.rsplit(".", 1)[-1]
+        found = _DEVICE_API.get(name)
+        if found is not None:
+            return f"`{found}`" if not found.startswith("torch.get_device_module") else found
+        return f"no device-agnostic equivalent of `{entry.api}`: keep it behind a device check"
+    if not _device_specific(entry.requested):
+        return "no change: device-agnostic already"
+    if entry.api.startswith(("torch.cuda.", "torch.mps.")):  # legacy typed tensors
+        return "a factory with `dtype=` and `device=device`"
+    return _APIS.get(entry.api, _DEVICE_ARG)
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths}
+    roots.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    # Longest first: in a venv the standard library's platform root contains site-packages.
+    return tuple(sorted((os.path.abspath(root) + os.sep for root in roots), key=len,
+                        reverse=True))  # fmt: skip
+
+
+_ROOTS: tuple[str, ...] = ()
+
+
+def origin(filename: str) -> str | None:
+    """The package a file belongs to, or ``None`` for the user's own code.
+
+    Files under site-packages (or the standard library) are a library's: named by their
+    top-level package (``transformers``). Everything else is the user's.
+    """
+    global _ROOTS
+    if not _ROOTS:
+        _ROOTS = _library_roots()
+    path = os.path.abspath(filename)
+    for root in _ROOTS:
+        if path.startswith(root):
+            top = path[len(root) :].split(os.sep, 1)[0]
+            return top.removesuffix(".py") or "python"
+    return None
+
+
+#: Lines of the user's code shown in the text report; the JSON has every row.
+TEXT_LIMIT: Final = 25
+
+
+def _row(entry: Entry) -> str:
+    site = entry.site
+    return (
+        f"  {_display_path(site.filename)}:{site.lineno} in {site.function}(): "
+        f"{entry.api}({entry.requested}) -> {entry.decided} "
+        f"x{entry.count} [{entry.kind}: {entry.reason}]"
+    )
+
+
+def _display_path(filename: str) -> str:
+    """``filename`` relative to the working directory when it lies below it."""
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive (Windows)
+        return filename
+    return filename if relative.startswith(os.pardir) else relative
+
+
+def _source(entry: Entry) -> str:
+    return linecache.getline(entry.site.filename, entry.site.lineno).strip()
+
+
+def render_text(report: MigrationReport, header: str, limit: int = TEXT_LIMIT) -> str:
+    """``report`` as a porting guide under ``header`` (see the module docstring)."""
+    if not report.entries:
+        return header
+    own = [e for e in report.entries if origin(e.site.filename) is None]
+    libraries: dict[str, list[Entry]] = {}
+    for entry in report.entries:
+        package = origin(entry.site.filename)
+        if package is not None:
+            libraries.setdefault(package, []).append(entry)
+    lines = [header]
+    shown = sorted(own, key=lambda e: -e.count)[:limit]
+    lines.extend(_own_section(shown, len({(e.site.filename, e.site.lineno) for e in own
+                                          if to_change(e)})))  # fmt: skip
+    if libraries:
+        lines.append("Library call sites (not your lines; listed so you know where a "
+                     "library hard-codes a device):")  # fmt: skip
+        for package, entries in sorted(libraries.items()):
+            calls = sum(e.count for e in entries)
+            lines.append(f"  {package}: {len(entries)} call site(s), {calls} call(s)")
+            lines.extend("  " + _row(e) for e in sorted(entries, key=lambda e: -e.count)[:3])
+    hidden = len(own) - len(shown) + sum(max(len(v) - 3, 0) for v in libraries.values())
+    if hidden:
+        lines.append(f"... and {hidden} more call site(s): the JSON report lists every one "
+                     "(--report PATH.json).")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _own_section(entries: Iterable[Entry], changes: int) -> list[str]:
+    rows = sorted(entries, key=lambda e: (e.site.filename, e.site.lineno, -e.count))
+    if not rows:
+        return []
+    lines = [
+        f"Your code: {changes} line(s) to change. Device-agnostic code chooses the device "
+        f"once, `{CHOOSE_DEVICE}`, and passes it; `torchdevice port` writes the patch.",
+    ]
+    previous: tuple[str, int] | None = None
+    for entry in rows:
+        lines.append(_row(entry))
+        here = (entry.site.filename, entry.site.lineno)
+        if here != previous:
+            source = _source(entry)
+            if source:
+                lines.append(f"      | {source}")
+            previous = here
+        lines.append(f"      change: {advice(entry)}")
+    return lines

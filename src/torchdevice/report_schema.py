@@ -1,0 +1,81 @@
+"""The JSON migration report's schema: a versioned pydantic model.
+
+What ``MigrationReport.to_json`` writes is validated against :class:`Report` first, so a
+report on disk always matches the schema its ``schema_version`` names; tools that read
+reports (``torchdevice port``, a CI job) can rely on it. The JSON Schema itself is
+published in the docs (``docs/report-schema.json``; ``python -m
+torchdevice.report_schema`` prints it, and a test keeps the file in step).
+
+Kept apart from :mod:`torchdevice.report` so that ``import torchdevice`` does not import
+pydantic: only writing or reading JSON does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from torchdevice.report import SCHEMA_VERSION
+
+__all__ = ["Entry", "Report", "json_schema"]
+
+
+class Entry(BaseModel):
+    """One call site: what the code asked for there, what it got, and what to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(description="The file of the call, as Python names it.")
+    line: int = Field(ge=0, description="The line of the call (0: called from C).")
+    function: str = Field(description="The function the call was made in.")
+    kind: Literal["redirect", "fallback", "override", "dtype", "device-api"] = Field(
+        description="redirect: a device argument moved; fallback: an op rerun on the CPU; "
+        "override: the cpu:-1 override; dtype: float64 narrowed on MPS; device-api: a "
+        "torch.cuda/torch.mps call the facade answered."
+    )
+    api: str = Field(description="The API called, e.g. torch.zeros, Module.cuda.")
+    requested: str = Field(description="The device asked for ('none': no device given).")
+    decided: str = Field(description="The device the call got.")
+    reason: str = Field(description="Why, as the policy says it.")
+    count: int = Field(ge=1, description="How many calls, all processes together.")
+    positions: list[tuple[int, int, int, int]] = Field(
+        default_factory=list,
+        description="Exact spans of the calls at this line: [line, end line, column, end "
+        "column], columns as UTF-8 byte offsets (Python 3.11+; empty before).",
+    )
+    library: str | None = Field(
+        None, description="The installed package the file belongs to; null: the user's code."
+    )
+    to_change: bool = Field(
+        description="Whether the line is device-specific code to port (false: the host's "
+        "business, e.g. an op that fell back to the CPU)."
+    )
+    advice: str = Field(description="What the call becomes in device-agnostic code.")
+
+
+class Report(BaseModel):
+    """A migration report: every call site that was redirected or fell back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = Field(description="The version of this schema.")
+    host: str = Field(description="The host that ran the code, and its device.")
+    total_calls: int = Field(ge=0)
+    call_sites: int = Field(ge=0)
+    processes: int = Field(ge=1, description="Processes whose records are merged here.")
+    ranks: list[int] = Field(description="The distinct ranks among them, when known.")
+    entries: list[Entry]
+
+
+assert SCHEMA_VERSION == 1, "update Report.schema_version with SCHEMA_VERSION"
+
+
+def json_schema() -> str:
+    """The JSON Schema of :class:`Report`, as published in the docs."""
+    return json.dumps(Report.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    print(json_schema(), end="")

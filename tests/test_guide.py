@@ -1,0 +1,159 @@
+"""The report as a porting guide: rows at the user's lines, what to change, the JSON schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import torchdevice
+from torchdevice import guide
+from torchdevice.callsite import CallSite
+from torchdevice.report import SCHEMA_VERSION, Entry, MigrationReport
+from torchdevice.report_schema import json_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY_FILE = os.path.join(sysconfig.get_paths()["purelib"], "transformers", "modeling.py")
+
+
+def entry(filename: str, line: int, api: str, requested: str = "cuda", kind: str = "redirect",
+          count: int = 1) -> Entry:  # fmt: skip
+    return Entry(CallSite(filename, line, "main"), kind, api, requested, "cpu:0",  # type: ignore[arg-type]
+                 "CUDA request on a CPU-only host: CPU", count)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("api", "requested", "kind", "advice", "change"),
+    [
+        ("torch.zeros", "cuda", "redirect", "pass `device`", True),
+        ("torch.zeros", "cuda:1", "redirect", "pass `device`", True),
+        ("Tensor.cuda", "cuda", "redirect", "`.to(device)`", True),
+        ("Module.cuda", "cuda", "redirect", "`.to(device)`", True),
+        ("torch.load", "cuda", "redirect", "`map_location=device`", True),
+        ("torch.autocast", "cuda", "redirect", "`torch.autocast(device.type)`", True),
+        ("torch.cuda.synchronize", "cuda", "device-api", "`torch.accelerator.synchronize()`",
+         True),
+        ("torch.cuda.Event", "cuda", "device-api", "`torch.Event(...)`", True),
+        ("torch.mps.empty_cache", "mps", "device-api", "`torch.accelerator.empty_cache()`", True),
+        ("torch.cuda.nvtx_mark", "cuda", "device-api", "no device-agnostic equivalent", True),
+        ("torch.zeros", "cpu", "redirect", "no change: device-agnostic already", False),
+        ("torch.special.ndtri", "mps", "fallback", "no change: the op ran on the CPU", False),
+        ("torch.zeros", "cpu:-1", "override", "`cpu:-1` is torchdevice's CPU override", True),
+    ],
+)  # fmt: skip
+def test_advice_per_row(api, requested, kind, advice, change):
+    row = entry("/src/train.py", 3, api, requested, kind)
+    assert guide.advice(row).startswith(advice)
+    assert guide.to_change(row) is change
+
+
+def test_libraries_are_named_and_the_users_files_are_not(tmp_path):
+    assert guide.origin(LIBRARY_FILE) == "transformers"
+    assert guide.origin(os.__file__) == "os"  # the standard library is no user code
+    assert guide.origin(str(tmp_path / "train.py")) is None
+
+
+def test_text_groups_the_users_lines_with_source_and_advice_then_libraries(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text('import torch\nx = torch.zeros(2, device="cuda")\nx = x.cuda()\n')
+    report = MigrationReport("cpu host, test", (
+        entry(LIBRARY_FILE, 10, "Module.to", count=7),
+        entry(str(script), 3, "Tensor.cuda", count=2),
+        entry(str(script), 2, "torch.zeros", count=5),
+    ))  # fmt: skip
+    lines = report.to_text().splitlines()
+    assert lines[0].startswith("torchdevice migration report (cpu host, test): 14 call(s)")
+    assert lines[1].startswith("Your code: 2 line(s) to change.")
+    assert guide.CHOOSE_DEVICE in lines[1]
+    # By file and line (not by count), each with its source and what to change.
+    assert "train.py:2 in main(): torch.zeros(cuda) -> cpu:0 x5" in lines[2]
+    assert lines[3] == '      | x = torch.zeros(2, device="cuda")'
+    assert lines[4] == "      change: pass `device` (chosen once, as above)"
+    assert "train.py:3 in main(): Tensor.cuda(cuda) -> cpu:0 x2" in lines[5]
+    assert lines[6] == "      | x = x.cuda()"
+    assert lines[7].startswith("      change: `.to(device)`")
+    assert lines[8].startswith("Library call sites (not your lines")
+    assert lines[9] == "  transformers: 1 call site(s), 7 call(s)"
+    assert "modeling.py:10 in main(): Module.to(cuda)" in lines[10]
+    assert len(lines) == 11
+
+
+def test_text_stays_short_on_a_big_run(tmp_path):
+    rows = tuple(entry(str(tmp_path / "big.py"), line, "torch.ones") for line in range(1, 41))
+    text = MigrationReport("cpu host, test", rows).to_text()
+    shown = [line for line in text.splitlines() if "big.py:" in line]
+    assert len(shown) == guide.TEXT_LIMIT
+    assert text.splitlines()[-1].startswith(
+        f"... and {40 - guide.TEXT_LIMIT} more call site(s): the JSON report lists every one"
+    )
+
+
+def test_json_is_versioned_validated_and_read_back():
+    report = MigrationReport("cpu host, test", (entry("/src/train.py", 2, "Tensor.cuda"),))
+    data = json.loads(report.to_json())
+    assert data["schema_version"] == SCHEMA_VERSION
+    row = data["entries"][0]
+    assert (row["library"], row["to_change"], row["advice"]) == (
+        None, True, "`.to(device)` (keep `non_blocking=` if given)",
+    )  # fmt: skip
+    assert MigrationReport.from_dict(data) == report
+    with pytest.raises(ValueError, match="schema version 2 is newer than this torchdevice"):
+        MigrationReport.from_dict({**data, "schema_version": 2})
+
+
+def test_an_invalid_report_is_not_written():
+    bad = MigrationReport("cpu host, test", (entry("/src/train.py", 2, "torch.ones", count=0),))
+    with pytest.raises(ValueError, match="count"):
+        bad.to_json()
+
+
+def test_the_published_schema_is_the_models():
+    published = (ROOT / "docs" / "report-schema.json").read_text(encoding="utf-8")
+    assert published == json_schema(), (
+        "docs/report-schema.json is stale: python -m torchdevice.report_schema > "
+        "docs/report-schema.json"
+    )
+
+
+@pytest.mark.slow
+def test_the_report_of_train_cuda_lists_every_line_to_change(tmp_path):
+    example = ROOT / "examples" / "train_cuda.py"
+    out = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "ACTIVATE_TORCH_DEVICE"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torchdevice", "--report", str(out), str(example),
+         "--epochs", "1", "--min-accuracy", "0"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    reported = {row["line"] for row in data["entries"]
+                if row["file"] == str(example) and row["to_change"]}  # fmt: skip
+    source = example.read_text().splitlines()
+    docstring_end = next(n for n, line in enumerate(source, 1) if n > 1 and '"""' in line)
+    written_for_cuda = {n for n, line in enumerate(source, 1)
+                        if n > docstring_end and "cuda" in line}  # fmt: skip
+    assert reported == written_for_cuda
+    assert all(row["library"] is None for row in data["entries"])
+
+
+def test_a_real_run_reports_device_api_rows(tmp_path):
+    torchdevice.enable()
+    import torch
+
+    torch.cuda.synchronize()
+    text = torchdevice.report().to_text()
+    assert "torch.cuda.synchronize(cuda) -> cpu:0 x1 [device-api:" in text
+    assert "      | torch.cuda.synchronize()" in text
+    assert "      change: `torch.accelerator.synchronize()`" in text
+
+
+def test_the_port_by_hand_page_covers_every_device_api_the_guide_knows():
+    page = (ROOT / "docs" / "porting.md").read_text(encoding="utf-8")
+    missing = [name for name in guide._DEVICE_API if f"{name}(" not in page]
+    assert missing == []
