@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+import torch
 
 from torchdevice.callsite import CallSite
 from torchdevice.report import Entry, EventKind, MigrationReport
@@ -25,7 +26,7 @@ from torchdevice.tools import cli
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
     MARK,
-    is_library_file,
+    library_of,
     port_report,
     port_source,
 )
@@ -392,10 +393,13 @@ def test_library_files_are_skipped_and_the_patch_applies(tmp_path: Path) -> None
     user = dataclasses.replace(user, site=CallSite(str(script), 2, "<module>"))
     library = Entry(CallSite(os.path.join(os.path.dirname(ast.__file__), "ast.py"), 1, "f"),
                     "redirect", "torch.ones", "cuda", "cpu", "", 1, ())  # fmt: skip
-    assert is_library_file(library.site.filename)
-    assert not is_library_file(str(script))
+    assert library_of(library.site.filename) == "ast"  # the standard library
+    assert library_of(torch.__file__) == "torch"
+    assert library_of(cli.__file__) == "torchdevice"
+    assert library_of("<string>") == "no file"
+    assert library_of(str(script)) is None
     result = port_report(MigrationReport("cpu host", (user, library)), tmp_path)
-    assert result.skipped == ((library.site.filename, "a library file, not yours"),)
+    assert result.skipped == ((library.site.filename, "not yours (ast)"),)
     assert result.patch.startswith("diff --git a/train.py b/train.py\n")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply"], cwd=tmp_path, input=result.patch, text=True, check=True)

@@ -22,18 +22,18 @@ import ast
 import difflib
 import os
 import re
-import sysconfig
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchdevice.guide import origin
 from torchdevice.report import Entry, MigrationReport
 
 __all__ = [
     "DEVICE_EXPRESSION",
     "FilePort",
     "PortResult",
-    "is_library_file",
+    "library_of",
     "port_report",
     "port_source",
     "unified_diff",
@@ -694,24 +694,22 @@ def unified_diff(label: str, old: str, new: str) -> str:
     return f"diff --git a/{label} b/{label}\n{text}" if text else ""
 
 
-def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    import torchdevice  # noqa: PLC0415 - its own package directory
+def library_of(path: str) -> str | None:
+    """The library ``path`` belongs to (``None``: it is the user's own file).
 
-    roots.add(os.path.dirname(os.path.abspath(torchdevice.__file__)))
-    return tuple(os.path.abspath(root) + os.sep for root in roots)
-
-
-def is_library_file(path: str, roots: Sequence[str] | None = None) -> bool:
-    """Whether ``path`` is not the user's own: the standard library, an installed package
-    (torch included), torchdevice itself, or no file at all (``<string>``, ``<stdin>``)."""
+    The report's own reading (:func:`torchdevice.guide.origin`: the standard library and
+    installed packages, torch included), plus torchdevice itself wherever it lives, and
+    code that is no file at all (``<string>``, ``<stdin>``).
+    """
     if path.startswith("<") or not os.path.isfile(path):
-        return True
-    absolute = os.path.abspath(path)
-    if f"{os.sep}site-packages{os.sep}" in absolute or f"{os.sep}dist-packages{os.sep}" in absolute:
-        return True
-    return any(absolute.startswith(root) for root in (roots or _library_roots()))
+        return "no file"
+    package = origin(path)
+    if package is not None:
+        return package
+    import torchdevice  # noqa: PLC0415 - its own package directory, editable installs too
+
+    own = os.path.dirname(os.path.abspath(torchdevice.__file__)) + os.sep
+    return "torchdevice" if os.path.abspath(path).startswith(own) else None
 
 
 def port_report(report: MigrationReport, root: Path) -> PortResult:
@@ -719,13 +717,13 @@ def port_report(report: MigrationReport, root: Path) -> PortResult:
     by_file: dict[str, list[Entry]] = {}
     for entry in report.entries:
         by_file.setdefault(entry.site.filename, []).append(entry)
-    roots = _library_roots()
     files: list[FilePort] = []
     skipped: list[tuple[str, str]] = []
     root = root.resolve()
     for filename in sorted(by_file):
-        if is_library_file(filename, roots):
-            skipped.append((filename, "a library file, not yours"))
+        library = library_of(filename)
+        if library is not None:
+            skipped.append((filename, f"not yours ({library})"))
             continue
         path = Path(filename).resolve()
         try:
