@@ -82,11 +82,12 @@ def test_device_arguments_become_one_device_inserted_after_the_imports() -> None
         v = torch.device("cuda", w.get_device() + 1)
         s = torch.load("f.pt", map_location="cuda")
         t = torch.load("f.pt")
+        torch.set_default_device("cuda")
         ''',
         ("torch.zeros", "torch.zeros"), ("Tensor.cuda", "x.cuda"),
         ("Module.cuda", "nn.Linear(2, 2).cuda"),
         ("Tensor.to", "y.to"), ("torch.ones", "torch.ones"), ("torch.device", "torch.device"),
-        ("torch.load", "torch.load"),
+        ("torch.load", "torch.load"), ("torch.set_default_device", "torch.set_default"),
     )  # fmt: skip
     assert new == textwrap.dedent(f'''\
         """Doc."""
@@ -103,6 +104,7 @@ def test_device_arguments_become_one_device_inserted_after_the_imports() -> None
         v = torch.device(device.type, w.get_device() + 1)
         s = torch.load("f.pt", map_location=device)
         t = torch.load("f.pt", map_location=device)
+        torch.set_default_device(device)
         ''')
     assert notes == ()
 

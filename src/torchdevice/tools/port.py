@@ -416,8 +416,17 @@ class _Porter:
                 self.device_argument(argument.value)
             elif api == "torch.Generator" and call.args:
                 self.device_argument(call.args[0])
-            else:
-                self.note(call, f"{api} is given its device in a way the port cannot see")
+            else:  # a positional device: a string or torch.device(...) (an int is a size)
+                named = [
+                    arg
+                    for arg in call.args
+                    if _is_device_literal(arg)
+                    and not (isinstance(arg, ast.Constant) and isinstance(arg.value, int))
+                ]
+                for arg in named:
+                    self.device_argument(arg)
+                if not named:
+                    self.note(call, f"{api} is given its device in a way the port cannot see")
 
     def port_rule(self, entry: Entry, call: ast.Call) -> None:
         """Rows of torchdevice's own rules rather than of a device request."""
