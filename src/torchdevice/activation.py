@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdevice import fallback as fallback_module
 from torchdevice import ledger, mode, patches, report_parts, threads
@@ -25,6 +25,11 @@ from torchdevice.intercepts import build_table
 from torchdevice.logs import attribute_warnings, configure_logging
 from torchdevice.report import MigrationReport, Recorder
 from torchdevice.runtime import Runtime
+
+if TYPE_CHECKING:  # the settings module imports pydantic: only on enable()
+    from typing_extensions import Unpack
+
+    from torchdevice.settings import Options
 
 __all__ = [
     "current_runtime",
@@ -170,7 +175,7 @@ def _observe_native_fallback(runtime: Runtime) -> None:
         ledger.undo(fallback_module.NATIVE_GROUP)
 
 
-def enable(**options: Any) -> None:
+def enable(**options: Unpack[Options]) -> None:
     """Redirect every device request in this process through the policy (SPEC §1).
 
     Idempotent: enabling twice with the same options changes nothing; enabling with other
@@ -231,7 +236,7 @@ def is_enabled() -> bool:
 
 
 @contextmanager
-def redirect(**options: Any) -> Iterator[Runtime]:
+def redirect(**options: Unpack[Options]) -> Iterator[Runtime]:
     """Redirect inside a ``with`` block; nests; the previous state returns on exit.
 
     Options add to those of an enclosing ``redirect``/``enable``. The scope is in time,
