@@ -1,6 +1,6 @@
 """Switching redirection on and off: ``enable``, ``disable``, ``redirect``.
 
-Activation is process-wide (SPEC §1): the function mode is pushed on the calling thread
+Activation is process-wide: the function mode is pushed on the calling thread
 and carried into other threads by :mod:`torchdevice.threads`; the ``torch.load`` /
 ``torch.Generator`` wrappers and the ``torch.cuda`` facade are module-level. One lock
 serialises every change, so concurrent ``enable``/``disable`` calls leave a consistent
@@ -176,7 +176,7 @@ def _observe_native_fallback(runtime: Runtime) -> None:
 
 
 def enable(**options: Unpack[Options]) -> None:
-    """Redirect every device request in this process through the policy (SPEC §1).
+    """Redirect every device request in this process through the policy.
 
     Idempotent: enabling twice with the same options changes nothing; enabling with other
     options reconfigures the running activation. Options are the fields of
@@ -210,7 +210,7 @@ def enable(**options: Unpack[Options]) -> None:
 
 
 def disable() -> None:
-    """Stop redirecting and restore torch exactly as it was (SPEC §1). Idempotent.
+    """Stop redirecting and restore torch exactly as it was. Idempotent.
 
     Every change torchdevice made outside itself is in the :mod:`~torchdevice.ledger`,
     which undoes them newest first; then the mode leaves this thread's stack (other
@@ -260,7 +260,7 @@ def redirect(**options: Unpack[Options]) -> Iterator[Runtime]:
 
 
 def set_cpu_override(on: bool) -> None:
-    """Turn the ``cpu:-1`` CPU override on or off from code (SPEC §2)."""
+    """Turn the ``cpu:-1`` CPU override on or off from code."""
     with _lock:
         rt = runtime_module.active()
         if rt is None:

@@ -65,9 +65,7 @@ class Settings(BaseModel):
     report_path: Path | None = Field(
         None, description="Where the launcher writes the migration report (JSON if .json)."
     )
-    fallback: bool = Field(
-        True, description="Rerun on the CPU the ops the accelerator cannot run (SPEC §4)."
-    )
+    fallback: bool = Field(True, description="Rerun on the CPU the ops the accelerator cannot run.")
     cuda_available: bool = Field(
         True,
         description="What the facades' availability queries answer while redirecting: "
