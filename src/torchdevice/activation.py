@@ -1,6 +1,6 @@
 """Switching redirection on and off: ``enable``, ``disable``, ``redirect``.
 
-Activation is process-wide (SPEC §1): the function mode is pushed on the calling thread
+Activation is process-wide: the function mode is pushed on the calling thread
 and carried into other threads by :mod:`torchdevice.threads`; the ``torch.load`` /
 ``torch.Generator`` wrappers and the ``torch.cuda`` facade are module-level. One lock
 serialises every change, so concurrent ``enable``/``disable`` calls leave a consistent
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdevice import fallback as fallback_module
 from torchdevice import ledger, mode, patches, report_parts, threads
@@ -25,6 +25,11 @@ from torchdevice.intercepts import build_table
 from torchdevice.logs import attribute_warnings, configure_logging
 from torchdevice.report import MigrationReport, Recorder
 from torchdevice.runtime import Runtime
+
+if TYPE_CHECKING:  # the settings module imports pydantic: only on enable()
+    from typing_extensions import Unpack
+
+    from torchdevice.settings import Options
 
 __all__ = [
     "current_runtime",
@@ -170,8 +175,8 @@ def _observe_native_fallback(runtime: Runtime) -> None:
         ledger.undo(fallback_module.NATIVE_GROUP)
 
 
-def enable(**options: Any) -> None:
-    """Redirect every device request in this process through the policy (SPEC §1).
+def enable(**options: Unpack[Options]) -> None:
+    """Redirect every device request in this process through the policy.
 
     Idempotent: enabling twice with the same options changes nothing; enabling with other
     options reconfigures the running activation. Options are the fields of
@@ -205,7 +210,7 @@ def enable(**options: Any) -> None:
 
 
 def disable() -> None:
-    """Stop redirecting and restore torch exactly as it was (SPEC §1). Idempotent.
+    """Stop redirecting and restore torch exactly as it was. Idempotent.
 
     Every change torchdevice made outside itself is in the :mod:`~torchdevice.ledger`,
     which undoes them newest first; then the mode leaves this thread's stack (other
@@ -231,7 +236,7 @@ def is_enabled() -> bool:
 
 
 @contextmanager
-def redirect(**options: Any) -> Iterator[Runtime]:
+def redirect(**options: Unpack[Options]) -> Iterator[Runtime]:
     """Redirect inside a ``with`` block; nests; the previous state returns on exit.
 
     Options add to those of an enclosing ``redirect``/``enable``. The scope is in time,
@@ -255,7 +260,7 @@ def redirect(**options: Any) -> Iterator[Runtime]:
 
 
 def set_cpu_override(on: bool) -> None:
-    """Turn the ``cpu:-1`` CPU override on or off from code (SPEC §2)."""
+    """Turn the ``cpu:-1`` CPU override on or off from code."""
     with _lock:
         rt = runtime_module.active()
         if rt is None:

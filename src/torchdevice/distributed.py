@@ -1,4 +1,4 @@
-"""``torch.distributed`` written for NCCL, run on the backend the host has (SPEC §7).
+"""``torch.distributed`` written for NCCL, run on the backend the host has.
 
 CUDA-first training scripts call ``init_process_group("nccl")``, ``new_group(backend=
 "nccl")`` and ``DistributedDataParallel(model, device_ids=[local_rank])``. Off CUDA hosts

@@ -27,7 +27,7 @@ ENV_VARS: Mapping[str, str] = {
 
 
 def activation_requested(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the environment asks for redirection from import on (SPEC §6).
+    """Whether the environment asks for redirection from import on.
 
     ``ACTIVATE_TORCH_DEVICE=1`` or ``TORCH_ALLOW_REDIRECTS=true`` (any case) enable it;
     ``ACTIVATE_TORCH_DEVICE`` set to anything but ``0``/``1``/empty is an error naming it,

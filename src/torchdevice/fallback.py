@@ -1,4 +1,4 @@
-"""Rerun on the CPU the ops the accelerator cannot run (SPEC §4).
+"""Rerun on the CPU the ops the accelerator cannot run.
 
 The fallback lives in the function mode's error path, not in a ``TorchDispatchMode``: a
 dispatch mode costs ~4 µs on every aten op and turns ``torch.compile`` into eager

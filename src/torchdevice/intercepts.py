@@ -493,7 +493,7 @@ def device_ctor(
 def tensor_numpy(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Tensor.numpy()`` reads the host copy of an accelerator tensor (SPEC §2)."""
+    """``Tensor.numpy()`` reads the host copy of an accelerator tensor."""
     tensor = args[0]
     if tensor.is_cpu:
         return func(*args, **kwargs)

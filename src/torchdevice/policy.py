@@ -2,9 +2,10 @@
 
 ``decide(request, host, state)`` reads no torch state and does no I/O: given the same
 request, host and state it always returns the same :class:`Decision`, so the modes can
-cache it and the tests can sweep every cell of the table in SPEC §2 on any machine. The
-modes only *apply* decisions; the ``cpu:-1`` toggle is returned as a flag on the decision
-and applied by the caller, which keeps this module free of mutable state.
+cache it and the tests can sweep every cell of the redirection table (docs/policy.md) on
+any machine. The modes only *apply* decisions; the ``cpu:-1`` toggle is returned as a
+flag on the decision and applied by the caller, which keeps this module free of mutable
+state.
 
 The table (rows: request, columns: host)::
 

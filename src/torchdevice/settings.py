@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -18,9 +18,27 @@ from torchdevice.environment import ENV_VARS, activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.host import Host, forced_host
 
-__all__ = ["ENV_VARS", "LogLevel", "Settings", "activation_requested", "load_settings"]
+__all__ = [
+    "ENV_VARS", "LogLevel", "Options", "Settings", "activation_requested", "load_settings",
+]  # fmt: skip
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+class Options(TypedDict, total=False):
+    """The keyword options of ``enable()``/``redirect()``: :class:`Settings`' fields.
+
+    Typed so that an editor lists them; each overrides its environment variable, and a bad
+    value raises :class:`~torchdevice.errors.SettingsError` listing what is accepted.
+    """
+
+    log_level: LogLevel | Literal["debug", "info", "warning", "error"] | None
+    keep_cpu: bool
+    cpu_override: bool
+    host: Host | Literal["cpu", "mps", "cuda"] | None
+    report_path: str | os.PathLike[str] | None
+    fallback: bool
+    cuda_available: bool
 
 
 class Settings(BaseModel):
@@ -47,9 +65,7 @@ class Settings(BaseModel):
     report_path: Path | None = Field(
         None, description="Where the launcher writes the migration report (JSON if .json)."
     )
-    fallback: bool = Field(
-        True, description="Rerun on the CPU the ops the accelerator cannot run (SPEC §4)."
-    )
+    fallback: bool = Field(True, description="Rerun on the CPU the ops the accelerator cannot run.")
     cuda_available: bool = Field(
         True,
         description="What the facades' availability queries answer while redirecting: "

@@ -77,7 +77,7 @@ def asked_by_compiler(depth: int = 2) -> bool:
 
 def is_available() -> bool:
     """True while redirecting (unless ``cuda_available=False``): CUDA requests land on a
-    real device (SPEC §3). Torch's inductor gets the real answer (see
+    real device. Torch's inductor gets the real answer (see
     :func:`asked_by_compiler`)."""
     if asked_by_compiler():
         return bool(real_device.REAL_CUDA.is_available())

@@ -1,4 +1,4 @@
-"""pytest plugin: run a whole suite, or one test, redirected (SPEC §1).
+"""pytest plugin: run a whole suite, or one test, redirected.
 
 Registered through the ``pytest11`` entry point, so an installed torchdevice adds:
 
@@ -77,7 +77,7 @@ __all__ = [
 MARKER = "torchdevice_native"
 #: Key of a worker's migration report in xdist's ``workeroutput``.
 REPORT_KEY = "torchdevice_report"
-#: The environment variable that redirects child processes (SPEC §6).
+#: The environment variable that redirects child processes.
 _ENV = "ACTIVATE_TORCH_DEVICE"
 _UNSET = "\0unset"
 
