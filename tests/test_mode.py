@@ -536,6 +536,26 @@ def test_a_modules_cuda_is_one_row_at_the_users_line(enabled):
     assert [row for row in rows if row[0] == "Tensor.cuda"] == []
 
 
+def test_overrides_that_call_super_are_skipped_to_the_users_line(enabled):
+    class Wrapped(nn.Linear):  # as Transformers' PreTrainedModel overrides cuda() and to()
+        def cuda(self, *args, **kwargs):
+            return super().cuda(*args, **kwargs)
+
+        def to(self, *args, **kwargs):
+            return super().to(*args, **kwargs)
+
+    model = Wrapped(2, 2)
+    cuda_line = sys._getframe().f_lineno + 1
+    model.cuda()
+    to_line = sys._getframe().f_lineno + 1
+    model.to("cuda")
+    rows = {(e.api, e.site.lineno, e.site.function) for e in torchdevice.report().entries}
+    name = "test_overrides_that_call_super_are_skipped_to_the_users_line"
+    assert ("Module.cuda", cuda_line, name) in rows
+    assert ("Module.to", to_line, name) in rows
+    assert not any(function in ("cuda", "to") for _, _, function in rows)
+
+
 def test_report_json_and_text(enabled):
     torch.ones(2, device="mps")
     report = torchdevice.report()

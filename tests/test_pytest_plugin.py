@@ -9,6 +9,7 @@ survive. Runs that leave torchdevice off stay in process (fast).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,19 +189,24 @@ def test_whole_suite_redirected_from_before_conftest_import(pytester: pytest.Pyt
             "test_suite.py::test_native PASSED*",
             "test_suite.py::test_redirected_again_after_the_native_test PASSED*",
             "test_suite.py::test_child_pytest_is_redirected_too PASSED*",
-            "torchdevice: 2 redirected call(s) at 2 call site(s); "
+            "torchdevice: * redirected call(s) at * call site(s); "
             "migration report written to report.json",
             "*= 5 passed in *",
         ]
     )
     report = json.loads((pytester.path / "report.json").read_text())
     assert report["host"].startswith("cpu host")
-    assert report["total_calls"] == 2
-    sites = sorted((e["function"], e["api"], e["requested"]) for e in report["entries"])
-    assert sites == [
+    redirects = sorted((e["function"], e["api"], e["requested"])
+                       for e in report["entries"] if e["kind"] == "redirect")  # fmt: skip
+    assert redirects == [
         ("test_gpu_only_runs", "torch.ones", "cuda"),
         ("test_redirected_again_after_the_native_test", "torch.zeros", "cuda:0"),
     ]
+    # The suite's own torch.cuda.is_available() calls are lines to port too.
+    asked = {(Path(e["file"]).name, e["api"]) for e in report["entries"]
+             if e["kind"] == "device-api"}  # fmt: skip
+    assert ("conftest.py", "torch.cuda.is_available") in asked
+    assert ("test_suite.py", "torch.cuda.is_available") in asked
 
 
 XDIST_SUITE = """
@@ -254,7 +260,7 @@ def test_xdist_workers_are_redirected_and_reports_merged(pytester: pytest.Pytest
         [
             "torchdevice: redirecting to cpu (cpu host, *)",
             "created: 2/2 workers",
-            "torchdevice: 5 redirected call(s) at 3 call site(s); "
+            "torchdevice: * redirected call(s) at * call site(s); "
             "migration report written to out/report.txt",
             "*= 4 passed in *",
         ]
@@ -265,12 +271,14 @@ def test_xdist_workers_are_redirected_and_reports_merged(pytester: pytest.Pytest
     assert text[0].startswith("torchdevice migration report (cpu host, ")
     # the controller and its two workers, each counted once (no part file on top of the
     # report a worker sends through xdist)
-    assert text[0].endswith("): 5 call(s) redirected at 3 call site(s) in 3 processes")
-    assert sorted(line.split(": ", 1)[1].split(" ->")[0] for line in text[1:]) == [
+    assert text[0].endswith(" in 3 processes")
+    redirects = [line for line in text[1:] if "[redirect:" in line]
+    assert sorted(line.split(": ", 1)[1].split(" ->")[0] for line in redirects) == [
         "torch.ones(cuda)",
         "torch.randn(cuda)",
         "torch.zeros(cuda)",
     ]
+    assert sum(int(line.split(" x")[-1].split(" ")[0]) for line in redirects) == 5
 
 
 def test_merge_adds_counts_of_the_same_call_site() -> None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 __all__ = [
-    "CallSite", "Position", "caller", "is_internal", "position_of", "set_entry", "site_of",
-    "user_frame",
+    "CallSite", "Position", "caller", "is_internal", "past_overrides", "position_of",
+    "set_entry", "site_of", "user_frame",
 ]  # fmt: skip
 
 
@@ -89,6 +89,18 @@ def _first_user(frame: FrameType | None) -> FrameType | None:
         if not internal:
             break
         frame = frame.f_back
+    return frame
+
+
+def past_overrides(frame: FrameType | None, method: str) -> FrameType | None:
+    """``frame``, or the first user frame above the overrides of ``method`` it is in.
+
+    A class that overrides ``Module.cuda``/``Module.to`` and calls ``super()``
+    (Transformers' ``PreTrainedModel`` does) passes the user's call on: the line to port
+    is where ``model.cuda()`` was written, not the override's ``super().cuda()``.
+    """
+    while frame is not None and frame.f_code.co_name == method:
+        frame = _first_user(frame.f_back)
     return frame
 
 

@@ -311,18 +311,20 @@ def _rewrite_to_args(
 
     Also returns what the requested device stands for (``None``: no device requested, or
     one the policy does not govern), for the copy semantics of :mod:`torchdevice.transfers`.
+    ``Module.to`` (``first == 0``: ``_parse_to``) is reported past overrides of ``to``.
     """
+    method = "to" if first == 0 else None
     if "device" in kwargs:
         request = kwargs["device"]
         if request is None:
             return args, kwargs, None
-        decision, device = rt.place(request, func)
+        decision, device = rt.place(request, func, method=method)
         kwargs = dict(kwargs)
         kwargs["device"] = device
         return args, kwargs, _wanted(request, decision)
     if len(args) > first and _is_device_arg(args[first]):
         request = args[first]
-        decision, device = rt.place(request, func)
+        decision, device = rt.place(request, func, method=method)
         wanted = _wanted(request, decision)
         return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
     return args, kwargs, None

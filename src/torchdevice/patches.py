@@ -138,7 +138,7 @@ def _module_transfer(module: Any, request: object, api: str, standing: Standing)
     rt = active()
     if rt is None or torch.compiler.is_compiling():
         return None
-    decision, device = rt.place(request, api)
+    decision, device = rt.place(request, api, method=api.rsplit(".", 1)[-1])
     if not decision.moved:
         return None
     return module.to(device_object(device, standing, distinct=True))

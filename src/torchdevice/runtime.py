@@ -215,19 +215,29 @@ class Runtime:
         return hit
 
     def place(
-        self, request: object, api: str | Callable[..., Any], *, report: bool = True
+        self,
+        request: object,
+        api: str | Callable[..., Any],
+        *,
+        report: bool = True,
+        method: str | None = None,
     ) -> tuple[Decision, torch.device]:
         """Where ``request`` goes: the decision and its device, reported when it moved.
 
         The one placement path of every intercept and wrapper: decide (one cached
         lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
         dynamo traces, nor with ``report=False`` for torch's own calls), and return the
-        ``torch.device`` to use.
+        ``torch.device`` to use. ``method`` names the ``Module`` method the request came
+        through (``"cuda"``, ``"to"``): overrides of it that call ``super()`` are skipped,
+        so the row lands where the user called it (:func:`~torchdevice.callsite.past_overrides`).
         """
         decision, device, kind, _ = self.resolve(request)
         if kind is not None and report and not _is_compiling():
             # From a handler: place <- handler <- the mode's __torch_function__.
-            self.recorder.hit(callsite.caller(2), api, decision, kind)
+            frame = callsite.caller(2)
+            if method is not None:
+                frame = callsite.past_overrides(frame, method)
+            self.recorder.hit(frame, api, decision, kind)
         return decision, device
 
     def note_device_api(self, api: str, frame: FrameType) -> None:
