@@ -36,8 +36,12 @@ def entry(filename: str, line: int, api: str, requested: str = "cuda", kind: str
         ("Module.cuda", "cuda", "redirect", "`.to(device)`", True),
         ("torch.load", "cuda", "redirect", "`map_location=device`", True),
         ("torch.autocast", "cuda", "redirect", "`torch.autocast(device.type)`", True),
-        ("torch.cuda.synchronize", "cuda", "device-api", "`torch.accelerator.synchronize()`",
-         True),
+        ("torch.cuda.synchronize", "cuda", "device-api",
+         "torch.get_device_module(device).synchronize()", True),
+        ("torch.distributed.init_process_group", "nccl", "redirect",
+         "`backend=torch.distributed.get_default_backend_for_device(device)`", True),
+        ("torch.nn.parallel.DistributedDataParallel", "device_ids=[1]", "redirect",
+         '`device_ids=[rank] if device.type == "cuda" else None`', True),
         ("torch.cuda.Event", "cuda", "device-api", "`torch.Event(...)`", True),
         ("torch.mps.empty_cache", "mps", "device-api", "`torch.accelerator.empty_cache()`", True),
         ("torch.cuda.nvtx_mark", "cuda", "device-api", "no device-agnostic equivalent", True),
@@ -160,7 +164,7 @@ def test_a_real_run_reports_device_api_rows(tmp_path):
     text = torchdevice.report().to_text()
     assert "torch.cuda.synchronize(cuda) -> cpu:0 x1 [device-api:" in text
     assert "      | torch.cuda.synchronize()" in text
-    assert "      change: `torch.accelerator.synchronize()`" in text
+    assert "      change: torch.get_device_module(device).synchronize()" in text
 
 
 def test_the_port_by_hand_page_covers_every_device_api_the_guide_knows():

@@ -38,7 +38,8 @@ _DEVICE_API: Final[dict[str, str]] = {
     "device_count": "torch.accelerator.device_count()",
     "current_device": "torch.accelerator.current_device_index()",
     "set_device": "torch.accelerator.set_device_index(index)",
-    "synchronize": "torch.accelerator.synchronize()",
+    "synchronize": "torch.get_device_module(device).synchronize() (torch.accelerator's "
+    "raises without an accelerator)",
     "current_stream": "torch.accelerator.current_stream()",
     "set_stream": "torch.accelerator.set_stream(stream)",
     "Event": "torch.Event(...)",
@@ -87,6 +88,11 @@ def _device_specific(requested: str) -> bool:
     return kind in ("cuda", "mps") or kind.isdigit()
 
 
+def _distributed(entry: Entry) -> bool:
+    """Whether ``entry`` is a torch.distributed call written for NCCL or CUDA devices."""
+    return entry.api.startswith(("torch.distributed.", "torch.nn.parallel."))
+
+
 def to_change(entry: Entry) -> bool:
     """Whether ``entry`` is a line to change: code written for one device.
 
@@ -97,6 +103,8 @@ def to_change(entry: Entry) -> bool:
         return True
     if entry.kind == "override":
         return True  # "cpu:-1" is torchdevice's own: remove it
+    if entry.kind == "redirect" and _distributed(entry):
+        return True  # a NCCL backend, CUDA device_ids
     return entry.kind == "redirect" and _device_specific(entry.requested)
 
 
@@ -114,6 +122,8 @@ def advice(entry: Entry) -> str:
         if found is not None:
             return f"`{found}`" if not found.startswith("torch.get_device_module") else found
         return f"no device-agnostic equivalent of `{entry.api}`: keep it behind a device check"
+    if _distributed(entry):
+        return _APIS.get(entry.api, '`device_ids=[rank] if device.type == "cuda" else None`')
     if not _device_specific(entry.requested):
         return "no change: device-agnostic already"
     if entry.api.startswith(("torch.cuda.", "torch.mps.")):  # legacy typed tensors
