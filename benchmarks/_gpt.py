@@ -5,6 +5,7 @@ memory workload, in a fresh child per measurement::
 
     python benchmarks/_gpt.py --device cuda --steps 30   # CUDA-first (ACTIVATE_TORCH_DEVICE=1)
     python benchmarks/_gpt.py --device cpu --steps 30    # the same code written for the CPU
+    python benchmarks/_gpt.py --device cuda --compiled   # torch.compile'd, steps/s after warm-up
 
 It prints one JSON line: ``{"peak_kb": ..., "loss": ..., "device": ...}``. It imports nothing of
 torchdevice: the CUDA-first child is redirected through the environment, as a user's script.
@@ -20,6 +21,7 @@ import argparse
 import json
 import resource
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -113,18 +115,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="train the tiny GPT; print peak RSS")
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--compiled", action="store_true", help="torch.compile the model")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    step = trainer(args.device)
+    step = trainer(args.device, args.compiled)
     loss = 0.0
+    for i in range(args.warmup):
+        step(i)
+    started = time.perf_counter()
     for i in range(args.steps):
         loss = step(i)
+    steps_per_s = args.steps / (time.perf_counter() - started)
     device = str(torch.zeros(1, device=args.device).device)
     module = sys.modules.get("torchdevice")  # imported by the .pth when redirected
     redirected = module is not None and bool(module.is_enabled())
-    print(
-        json.dumps({"peak_kb": peak_kb(), "loss": loss, "device": device, "redirected": redirected})
-    )
+    report = {"peak_kb": peak_kb(), "steps_per_s": steps_per_s, "loss": loss}
+    print(json.dumps(report | {"device": device, "redirected": redirected}))
 
 
 def peak_kb() -> int:

@@ -172,7 +172,7 @@ def median_ci(values: list[float]) -> tuple[float, float]:
     return ordered[low], ordered[high]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (one report, written out)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--rounds", type=int, help="rounds (default 31 quick, 101 full)")
