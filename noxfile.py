@@ -45,10 +45,18 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Overhead and import-time benchmarks: ratios against native torch, same run."""
-    _install(session)
+    """Benchmarks, each a ratio against native torch measured in the same run.
+
+    Per-call overhead, import time, the compiled model, then the workloads users run
+    (training loop, generate, DataLoader, DDP, peak memory) in one table. ``-- --quick``
+    runs each in its short form.
+    """
+    _install(session, "test,examples")  # generate needs transformers
+    quick = [a for a in session.posargs if a == "--quick"]
     session.run("python", "benchmarks/overhead.py", "--check", *session.posargs)
-    session.run("python", "benchmarks/import_time.py", "--check")
+    session.run("python", "benchmarks/import_time.py", "--check", *quick)
+    session.run("python", "benchmarks/compiled.py", "--check", *session.posargs)
+    session.run("python", "benchmarks/workloads.py", "--check", *session.posargs)
 
 
 @nox.session

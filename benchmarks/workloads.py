@@ -1,0 +1,414 @@
+"""What users run, redirected vs native: one ratio per workload, measured in the same run.
+
+Usage::
+
+    python benchmarks/workloads.py [--quick] [--rounds N] [--only NAME ...] [--json PATH] [--check]
+
+Every ratio is redirected / native (time per unit, or peak memory): above 1, torchdevice costs.
+The redirected side is the CUDA-first code (``device="cuda"``, ``.cuda()``,
+``torch.autocast("cuda")``, NCCL) under torchdevice on this host; the native side is the same
+code written for the CPU (``device="cpu"``, ``torch.autocast("cpu")``, gloo), without it.
+
+* In-process workloads (training loop eager and compiled, ``generate``, DataLoader) run rounds
+  of two blocks, native and redirected, in alternating order; the redirected block switches
+  ``torchdevice.enable()`` on and ``disable()`` off around its units. The ratio is the median
+  of the per-round ratios (both blocks of a round ran within a second of each other), with
+  the 25th-75th percentiles.
+* The DDP step and peak memory run fresh processes, alternately native and redirected, and
+  pair them the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from _gpt import trainer
+from overhead import Noop
+from torch.utils.data import DataLoader, Dataset
+
+import torchdevice
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Result:
+    """One workload: per-round values of both sides and the ratio's target."""
+
+    name: str
+    unit: str  # what the rates count ("steps/s", "tokens/s", "MiB")
+    limit: float
+    rate: bool = True  # True: values are seconds per unit (rates shown); False: plain values
+    native: list[float] = field(default_factory=list)
+    redirected: list[float] = field(default_factory=list)
+    noop: list[float] = field(default_factory=list)  # native code under a do-nothing mode
+    note: str = ""
+
+    def ratios(self) -> list[float]:
+        return [r / n for r, n in zip(self.redirected, self.native, strict=True)]
+
+    def summary(self) -> dict[str, Any]:
+        ratios = self.ratios()
+        q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 2
+        ratio = statistics.median(ratios)
+
+        def shown(values: list[float]) -> float:
+            value = statistics.median(values)
+            return 1 / value if self.rate else value
+
+        noop = None
+        if self.noop:
+            noop = statistics.median(x / n for x, n in zip(self.noop, self.native, strict=True))
+        return {
+            "unit": self.unit,
+            "noop_ratio": noop,
+            "native": shown(self.native),
+            "redirected": shown(self.redirected),
+            "ratio": ratio,
+            "p25": q[0],
+            "p75": q[-1],
+            "rounds": len(ratios),
+            "limit": self.limit,
+            "passed": ratio <= self.limit,
+            "note": self.note,
+        }
+
+
+def alternate(
+    result: Result,
+    native: Callable[[int], None],
+    redirected: Callable[[int], None],
+    units: int,
+    rounds: int,
+) -> Result:
+    """Rounds of three blocks, order rotated each round: seconds per unit of each side.
+
+    The sides: the native code, the same code under a do-nothing function mode (what any
+    Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected.
+    """
+    noop = Noop()
+    sides: list[
+        tuple[list[float], Callable[[int], None], Callable[[], object], Callable[[], object]]
+    ] = [
+        (result.native, native, lambda: None, lambda: None),
+        (result.noop, native, noop.__enter__, lambda: noop.__exit__(None, None, None)),
+        (result.redirected, redirected, torchdevice.enable, torchdevice.disable),
+    ]
+
+    def block(
+        run: Callable[[int], None], enter: Callable[[], object], leave: Callable[[], object], n: int
+    ) -> float:
+        enter()
+        try:
+            started = time.perf_counter()
+            run(n)
+            return (time.perf_counter() - started) / n
+        finally:
+            leave()
+
+    for _, run, enter, leave in sides:  # warm-up: first calls, compiles, allocator
+        block(run, enter, leave, 1)
+    gc.collect()
+    for r in range(rounds):
+        shift = r % len(sides)
+        for samples, run, enter, leave in sides[shift:] + sides[:shift]:
+            samples.append(block(run, enter, leave, units))
+    return result
+
+
+# -- training loop ----------------------------------------------------------------------
+def training(quick: bool, rounds: int) -> Result:
+    """Steps/s of the tiny GPT: AdamW, autocast (bfloat16), 2 micro-batches per step."""
+    native_step = trainer("cpu")
+    torchdevice.enable()
+    try:
+        redirected_step = trainer("cuda")
+    finally:
+        torchdevice.disable()
+    counter = [0, 0]
+
+    def loop(step: Callable[[int], float], side: int) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            for _ in range(n):
+                step(counter[side])
+                counter[side] += 1
+
+        return run
+
+    result = Result("training loop, eager", "steps/s", 1.02)
+    return alternate(
+        result, loop(native_step, 0), loop(redirected_step, 1), 5 if quick else 10, rounds
+    )
+
+
+# -- generate -----------------------------------------------------------------------------
+def generate(quick: bool, rounds: int) -> Result:
+    """Tokens/s of Hugging Face ``generate`` (greedy, KV cache) on a 2-layer GPT-2 from config."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import GPT2Config, GPT2LMHeadModel  # noqa: PLC0415 (slow import)
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    hf_logging.set_verbosity_error()
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=512, n_positions=128)
+    new_tokens = 32
+
+    def build(device: str) -> Callable[[int], None]:
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(config).eval().to(device)
+        prompt = torch.randint(0, 512, (1, 8), device=device)
+
+        def run(n: int) -> None:
+            with torch.no_grad():
+                for _ in range(n):
+                    out = model.generate(
+                        prompt,
+                        max_new_tokens=new_tokens,
+                        min_new_tokens=new_tokens,
+                        do_sample=False,
+                        pad_token_id=0,
+                    )
+            outputs[device] = out
+
+        return run
+
+    outputs: dict[str, torch.Tensor] = {}
+    native = build("cpu")
+    torchdevice.enable()
+    try:
+        redirected = build("cuda")
+    finally:
+        torchdevice.disable()
+    result = alternate(
+        Result("HF generate", "tokens/s", 1.02), native, redirected, 2 if quick else 4, rounds
+    )
+    if not torch.equal(outputs["cpu"], outputs["cuda"]):
+        raise AssertionError("redirected generate produced other tokens than native")
+    result.native = [s / new_tokens for s in result.native]
+    result.redirected = [s / new_tokens for s in result.redirected]
+    result.noop = [s / new_tokens for s in result.noop]
+    return result
+
+
+# -- DataLoader ---------------------------------------------------------------------------
+class Images(Dataset[tuple[torch.Tensor, int]]):
+    """Synthetic 3x32x32 images, made and normalised in the worker, one per index."""
+
+    def __len__(self) -> int:
+        return 512
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        generator = torch.Generator().manual_seed(index)
+        image = torch.rand(3, 32, 32, generator=generator)
+        return (image - 0.5) / 0.25, index % 10
+
+
+def dataloader(quick: bool, rounds: int) -> Result:
+    """Batches/s over whole epochs (worker start-up included): 2 workers, pin_memory=True."""
+
+    def epochs(device: str) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            loader = DataLoader(Images(), batch_size=32, num_workers=2, pin_memory=True)
+            for _ in range(n):
+                for batch, labels in loader:
+                    if device == "cuda":
+                        images = batch.cuda(non_blocking=True)
+                        targets = labels.cuda(non_blocking=True)
+                    else:
+                        images, targets = batch.to(device), labels.to(device)
+                    images.sum() + targets.sum()
+
+        return run
+
+    batches = len(Images()) // 32
+    result = alternate(
+        Result("DataLoader", "batches/s", 1.02), epochs("cpu"), epochs("cuda"), 1, rounds
+    )
+    result.native = [s / batches for s in result.native]
+    result.redirected = [s / batches for s in result.redirected]
+    result.noop = [s / batches for s in result.noop]
+    result.note = f"start method {torch.multiprocessing.get_start_method()}"
+    return result
+
+
+# -- fresh processes: DDP and peak memory ---------------------------------------------------
+def _environment(redirected: bool) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+    }
+    if redirected:
+        env["ACTIVATE_TORCH_DEVICE"] = "1"
+        env["TORCHDEVICE_LOG_LEVEL"] = env.get("TORCHDEVICE_LOG_LEVEL", "error")
+    return env
+
+
+def _child(command: list[str], redirected: bool, timeout: float) -> str:
+    done = subprocess.run(
+        command,
+        env=_environment(redirected),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+        )
+    return done.stdout
+
+
+def ddp(quick: bool, rounds: int) -> Result:
+    """Steps/s of a 2-rank DDP step (gloo): the NCCL script redirected vs the gloo script."""
+    steps = 100 if quick else 300
+    result = Result("DDP step, 2 ranks", "steps/s", 1.05)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rank0.json"
+
+        def launch(redirected: bool) -> float:
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node=2",
+                str(HERE / "_ddp_step.py"),
+                "--written-for",
+                "cuda" if redirected else "cpu",
+                str(out),
+                str(steps),
+            ]
+            _child(command, redirected, 300)
+            return 1 / json.loads(out.read_text())["steps_per_s"]
+
+        for r in range(rounds):
+            order = [False, True] if r % 2 == 0 else [True, False]
+            for redirected in order:
+                (result.redirected if redirected else result.native).append(launch(redirected))
+    return result
+
+
+def _training_children(result: Result, rounds: int, args: list[str], key: str) -> Result:
+    """Fresh ``_gpt.py`` children, alternately native and redirected (by the environment)."""
+    for r in range(rounds):
+        order = [False, True] if r % 2 == 0 else [True, False]
+        for redirected in order:
+            device = "cuda" if redirected else "cpu"
+            command = [sys.executable, str(HERE / "_gpt.py"), "--device", device, *args]
+            report = json.loads(_child(command, redirected, 300).splitlines()[-1])
+            if report["redirected"] != redirected or report["device"] != "cpu":
+                raise AssertionError(f"training child: expected redirected={redirected}: {report}")
+            value = report[key] / 1024 if key == "peak_kb" else 1 / report[key]
+            (result.redirected if redirected else result.native).append(value)
+    return result
+
+
+def memory(quick: bool, rounds: int) -> Result:
+    """Peak RSS (``VmHWM``) of a fresh child running the eager training loop."""
+    result = Result("peak memory, training loop", "MiB", 1.02, rate=False)
+    return _training_children(result, rounds, ["--steps", "10" if quick else "30"], "peak_kb")
+
+
+def compiled_training(quick: bool, rounds: int) -> Result:
+    """Steps/s of the compiled training loop, in fresh children (compile and warm-up untimed).
+
+    Not alternated in one process: every ``torchdevice.enable()`` makes a new runtime, and a
+    graph that traced a redirected factory (``torch.arange(..., device=idx.device)``) guards
+    on its identity, so each enable/disable cycle would recompile (see the README).
+    """
+    result = Result("training loop, compiled", "steps/s", 1.02)
+    args = ["--compiled", "--warmup", "3", "--steps", "20" if quick else "60"]
+    return _training_children(result, rounds, args, "steps_per_s")
+
+
+WORKLOADS: dict[str, Callable[[bool, int | None], Result]] = {
+    "train-eager": lambda q, r: training(q, r or (6 if q else 21)),
+    "train-compiled": lambda q, r: compiled_training(q, r or (1 if q else 3)),
+    "generate": lambda q, r: generate(q, r or (6 if q else 21)),
+    "dataloader": lambda q, r: dataloader(q, r or (6 if q else 15)),
+    "ddp": lambda q, r: ddp(q, r or (1 if q else 3)),
+    "memory": lambda q, r: memory(q, r or (1 if q else 3)),
+}
+
+
+def markdown(summaries: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| workload | native | redirected | ratio (median, p25-p75) | do-nothing mode / native "
+        "| rounds | target | result |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, s in summaries.items():
+        noop = "-" if s["noop_ratio"] is None else f"{s['noop_ratio']:.3f}"
+        lines.append(
+            f"| {name} | {s['native']:.4g} {s['unit']} | {s['redirected']:.4g} {s['unit']} | "
+            f"{s['ratio']:.3f} ({s['p25']:.3f}-{s['p75']:.3f}) | {noop} | {s['rounds']} | "
+            f"<= {s['limit']:.2f} | {'PASS' if s['passed'] else 'FAIL'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and steps")
+    parser.add_argument("--rounds", type=int, help="rounds per workload (default: per workload)")
+    parser.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="run only these")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target fails")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    if torchdevice.is_enabled():  # ACTIVATE_TORCH_DEVICE=1 in the environment
+        torchdevice.disable()
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
+        f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s), "
+        f"{platform.machine()}{' (quick)' if args.quick else ''}",
+        flush=True,
+    )
+    summaries: dict[str, dict[str, Any]] = {}
+    started = time.perf_counter()
+    for key in args.only or list(WORKLOADS):
+        begun = time.perf_counter()
+        result = WORKLOADS[key](args.quick, args.rounds)
+        summaries[result.name] = result.summary() | {"seconds": time.perf_counter() - begun}
+        s = summaries[result.name]
+        print(f"{result.name}: {s['ratio']:.3f} ({s['seconds']:.0f} s)", flush=True)
+    elapsed = time.perf_counter() - started
+    print()
+    print(markdown(summaries))
+    print(f"\nmeasured in {elapsed:.0f} s")
+    passed = all(s["passed"] for s in summaries.values())
+    if args.json:
+        meta = {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torchdevice": torchdevice.__version__,
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "quick": args.quick,
+            "seconds": elapsed,
+        }
+        args.json.write_text(
+            json.dumps({"meta": meta, "workloads": summaries, "passed": passed}, indent=2) + "\n"
+        )
+        print(f"wrote {args.json}")
+    return 1 if args.check and not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
