@@ -281,3 +281,35 @@ def test_importing_the_package_and_plugin_does_not_import_torch():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.slow
+def test_compiled_code_survives_disable_enable_cycles_without_recompiling():
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter)
+    def step(x):
+        return x + torch.ones(3, device="cuda")
+
+    try:
+        for _ in range(3):
+            torchdevice.enable()
+            assert step(torch.zeros(3, device="cuda")).tolist() == [1.0, 1.0, 1.0]
+            torchdevice.disable()
+        assert counter.frame_count == 1  # one graph, guarded on the same runtime each time
+    finally:
+        torch._dynamo.reset()
+
+
+def test_a_reused_runtime_starts_from_its_settings_override():
+    torchdevice.enable()
+    first = torchdevice.activation.current_runtime()
+    torchdevice.set_cpu_override(True)
+    torchdevice.disable()
+    torchdevice.enable()
+    assert torchdevice.activation.current_runtime() is first
+    assert first.state.cpu_override is False
+    torchdevice.enable(keep_cpu=True)  # other settings: another runtime
+    assert torchdevice.activation.current_runtime() is not first

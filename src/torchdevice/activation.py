@@ -29,7 +29,7 @@ from torchdevice.runtime import Runtime
 if TYPE_CHECKING:  # the settings module imports pydantic: only on enable()
     from typing_extensions import Unpack
 
-    from torchdevice.settings import Options
+    from torchdevice.settings import Options, Settings
 
 __all__ = [
     "current_runtime",
@@ -206,7 +206,29 @@ def enable(**options: Unpack[Options]) -> None:
                 _export_environment(active, _options)
             raise
         configure_logging(settings.log_level)
-        _activate(Runtime(host, settings, _recorder), dict(options))
+        _activate(_runtime_for(host, settings), dict(options))
+
+
+#: The runtime of the last activation, reused by the next one with the same host and
+#: settings (see :func:`_runtime_for`).
+_last_runtime: Runtime | None = None
+
+
+def _runtime_for(host: Host, settings: Settings) -> Runtime:
+    """The runtime for an activation: the last one again when nothing it depends on changed.
+
+    Compiled code is guarded on the runtime's identity (its decisions are trace-time
+    constants), so a new object at every ``enable()`` would recompile every graph after
+    each ``disable()``/``enable()`` cycle or ``redirect()`` block, and a loop of them would
+    hit dynamo's recompile limit. Reused, it starts from its settings' ``cpu:-1`` state.
+    """
+    global _last_runtime
+    last = _last_runtime
+    if last is not None and last.host == host and last.settings == settings:
+        last.set_cpu_override(settings.cpu_override)
+        return last
+    _last_runtime = Runtime(host, settings, _recorder)
+    return _last_runtime
 
 
 def disable() -> None:
