@@ -425,6 +425,17 @@ def to_json(cases: list[Case], checks: list[Target], meta: dict[str, Any]) -> di
     return out
 
 
+def environment() -> dict[str, Any]:
+    """Where a benchmark ran: versions and machine, for its JSON."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchdevice": torchdevice.__version__,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -472,11 +483,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         meta = {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torchdevice": torchdevice.__version__,
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
+            **environment(),
             "torch_threads": torch.get_num_threads(),
             "rounds": rounds,
             "quick": args.quick,

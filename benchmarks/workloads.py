@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from _gpt import trainer
-from overhead import Noop
+from overhead import Noop, environment
 from torch.utils.data import DataLoader, Dataset
 
 import torchdevice
@@ -395,11 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     passed = all(s["passed"] for s in summaries.values())
     if args.json:
         meta = {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torchdevice": torchdevice.__version__,
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
+            **environment(),
             "quick": args.quick,
             "seconds": elapsed,
         }
