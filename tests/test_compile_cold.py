@@ -44,6 +44,7 @@ def cold():
     torchdevice.disable()
     if "torch._dynamo" in sys.modules:  # not before the first case: its compile loads it
         torch._dynamo.reset()
+    activation._last_runtime = None  # else enable() reuses the last runtime, caches and all
     torchdevice.enable()
     rt = activation.current_runtime()
     assert rt._decisions == {} and rt._devices == {} and rt._applied == {}, "not cold"
