@@ -105,7 +105,8 @@ class Runtime:
         return self.resolve(request)[0]
 
     def resolve(self, request: object) -> Resolved:
-        """Decision, ``torch.device`` and report kind for ``request``: one dict lookup.
+        """Decision, ``torch.device``, report kind and what the request stands for
+        (:data:`Resolved`) for ``request``: one dict lookup.
 
         Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
         While dynamo traces, the answer comes from :func:`_traced_resolution` instead.

@@ -40,10 +40,7 @@ def _count(api: str, depth: int) -> None:
     if rt is None:
         return
     frame = sys._getframe(depth)
-    internal = callsite.internal_cache.get(id(frame.f_code))
-    if internal is None:
-        internal = callsite.is_internal(frame.f_code)
-    if not internal:
+    if not callsite.is_internal(frame.f_code):  # cached per code object
         rt.note_device_api(api, frame)
 
 
