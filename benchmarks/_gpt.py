@@ -7,7 +7,9 @@ memory workload, in a fresh child per measurement::
     python benchmarks/_gpt.py --device cpu --steps 30    # the same code written for the CPU
     python benchmarks/_gpt.py --device cuda --compiled   # torch.compile'd, steps/s after warm-up
 
-It prints one JSON line: ``{"peak_kb": ..., "loss": ..., "device": ...}``. It imports nothing of
+It prints one JSON line: ``{"peak_kb": ..., "loss": ..., "device": ...}`` (with
+``peak_gpu_mib``, ``torch.cuda.max_memory_allocated`` in MiB, where the tensors are on a GPU,
+else null; the timed steps then end with ``torch.cuda.synchronize()``). It imports nothing of
 torchdevice: the CUDA-first child is redirected through the environment, as a user's script.
 
 With ``device="cuda"`` the code is the CUDA-first version (``.cuda()``, ``device="cuda"``,
@@ -119,19 +121,26 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # Where the code's tensors really live (the CPU for a redirected child on a CPU host).
+    landed = torch.zeros(1, device=args.device).device
+    on_gpu = landed.type == "cuda"
     step = trainer(args.device, args.compiled)
     loss = 0.0
     for i in range(args.warmup):
         step(i)
+    if on_gpu:
+        torch.cuda.synchronize()
     started = time.perf_counter()
     for i in range(args.steps):
         loss = step(i)
+    if on_gpu:
+        torch.cuda.synchronize()
     steps_per_s = args.steps / (time.perf_counter() - started)
-    device = str(torch.zeros(1, device=args.device).device)
     module = sys.modules.get("torchdevice")  # imported by the .pth when redirected
     redirected = module is not None and bool(module.is_enabled())
-    report = {"peak_kb": peak_kb(), "steps_per_s": steps_per_s, "loss": loss}
-    print(json.dumps(report | {"device": device, "redirected": redirected}))
+    gpu_mib = torch.cuda.max_memory_allocated() / 2**20 if on_gpu else None
+    report = {"peak_kb": peak_kb(), "peak_gpu_mib": gpu_mib, "steps_per_s": steps_per_s}
+    print(json.dumps(report | {"loss": loss, "device": str(landed), "redirected": redirected}))
 
 
 def peak_kb() -> int:

@@ -3,14 +3,30 @@
 Usage::
 
     python benchmarks/compiled.py [--quick] [--rounds N] [--json PATH] [--check]
+        [--device {auto,cpu,cuda}] [--mode {default,reduce-overhead}] [--size {small,large}]
 
-A 6 x ``Linear(512, 512)`` MLP with ReLU, batch 64, under ``torch.no_grad()``, compiled with
-``torch.compile`` (inductor, default mode) once per variant, outside the timing:
+An MLP with ReLU under ``torch.no_grad()``, compiled with ``torch.compile`` (inductor,
+``--mode``, default: inductor's default mode) once per variant, outside the timing.
+``--size small`` (the default): 6 x ``Linear(512, 512)``, batch 64; ``--size large``:
+6 x ``Linear(4096, 4096)``, batch 512 (about 100 GFLOP a forward: a few ms on an H100 in
+float32, meant for a GPU; on a CPU it takes seconds per forward).
 
-* native: the model and input made with ``device="cpu"``, compiled and run with no mode;
+``--device`` picks the host's side (``auto``: ``cuda`` when ``torch.cuda.is_available()``):
+
+* on ``cpu`` (a CPU-only host): native and the do-nothing mode run the model written for the
+  CPU (``device="cpu"``); torchdevice runs the CUDA-first model (``device="cuda"``), whose
+  request lands on the CPU;
+* on ``cuda``: all three run the CUDA-first model on the GPU, torchdevice's redirect is
+  cuda -> cuda, so its ratio is torchdevice's overhead alone. Every timed loop ends with
+  ``torch.cuda.synchronize()`` (and the untimed warm-up before the timer starts with one),
+  so the host's clock measures the GPU's work.
+
+The variants:
+
+* native: the model and input made on the native device, compiled and run with no mode;
 * do-nothing mode: the same, compiled and run inside a :class:`overhead.Noop` mode;
 * torchdevice: the CUDA-first model (``device="cuda"``) made, compiled and run under
-  ``torchdevice.enable()`` (on this CPU host the request lands on the CPU).
+  ``torchdevice.enable()``.
 
 Timing reuses ``overhead.py``'s method: rounds of interleaved blocks in rotated order, each
 block switching its variant on, timing ``N`` forwards and switching it off; the ratio is the
@@ -55,35 +71,49 @@ COMPILED_LIMIT = 1.01
 #: ... and no more than a do-nothing mode; 1 % of tolerance for timing noise.
 VS_NOOP_LIMIT = 1.01
 LAYERS = 6
-WIDTH = 512
-BATCH = 64
+#: ``--size``: (width, batch) of the MLP.
+SIZES = {"small": (512, 64), "large": (4096, 512)}
+WIDTH, BATCH = SIZES["small"]
 
 
-def mlp(device: str) -> nn.Module:
-    """The model: ``LAYERS`` x Linear(WIDTH, WIDTH), ReLU between them, same weights each call."""
+def mlp(device: str, width: int = WIDTH) -> nn.Module:
+    """The model: ``LAYERS`` x Linear(width, width), ReLU between them, same weights each call."""
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for index in range(LAYERS):
-        layers.append(nn.Linear(WIDTH, WIDTH, device=device))
+        layers.append(nn.Linear(width, width, device=device))
         if index < LAYERS - 1:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
 
 
-def _forward_loop(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Any:
+def _no_sync() -> None:
+    pass
+
+
+def _forward_loop(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    sync: Callable[[], None] = _no_sync,
+) -> Any:
+    """``n`` forwards, then ``sync`` (``torch.cuda.synchronize`` on CUDA: the block's work done)."""
+
     def run(n: int) -> None:
         with torch.no_grad():
             for _ in range(n):
                 model(x)
+        sync()
 
     return run
 
 
-def _compiled(device: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
+def _compiled(
+    device: str, width: int = WIDTH, batch: int = BATCH, mode: str | None = None
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
     """Build, compile and run once (the compile) in whatever mode is current."""
-    model = mlp(device)
-    x = torch.randn(BATCH, WIDTH, device=device)
-    compiled = torch.compile(model)
+    model = mlp(device, width)
+    x = torch.randn(batch, width, device=device)
+    compiled = torch.compile(model) if mode is None else torch.compile(model, mode=mode)
     with torch.no_grad():
         compiled(x)
     return compiled, x
@@ -92,41 +122,59 @@ def _compiled(device: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], torc
 Forward = Callable[[], object]
 
 
-def build_variants() -> tuple[list[Variant], dict[str, tuple[float, str]], dict[str, Forward]]:
+def pick_device(requested: str) -> str:
+    """``--device``: ``auto`` is ``cuda`` where torch sees a CUDA GPU, else ``cpu``."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this host")
+    return requested
+
+
+def build_variants(
+    device: str = "cpu", size: str = "small", mode: str | None = None
+) -> tuple[list[Variant], dict[str, tuple[float, str]], dict[str, Forward]]:
     """The three variants, each compiled inside its own mode; compile seconds and device.
 
-    Also one bare forward per variant (the model on its input), for counting mode entries.
+    ``device`` is the native side's device (``cpu`` or ``cuda``); torchdevice always runs
+    the CUDA-first model. Also one bare forward per variant (the model on its input), for
+    counting mode entries.
     """
+    width, batch = SIZES[size]
+    sync = torch.cuda.synchronize if device == "cuda" else _no_sync
     info: dict[str, tuple[float, str]] = {}
 
     started = time.perf_counter()
-    native, x = _compiled("cpu")
+    native, x = _compiled(device, width, batch, mode)
     info["native"] = (time.perf_counter() - started, str(x.device))
 
     noop = Noop()
     started = time.perf_counter()
     with noop:
-        noop_model, noop_x = _compiled("cpu")
+        noop_model, noop_x = _compiled(device, width, batch, mode)
     info["Noop mode"] = (time.perf_counter() - started, str(noop_x.device))
 
     torchdevice.enable()
     try:
         started = time.perf_counter()
-        td_model, td_x = _compiled("cuda")
+        td_model, td_x = _compiled("cuda", width, batch, mode)
         info["torchdevice"] = (time.perf_counter() - started, str(td_x.device))
     finally:
         torchdevice.disable()
 
     variants = [
-        Variant("native", _forward_loop(native, x)),
+        Variant("native", _forward_loop(native, x, sync)),
         Variant(
             "Noop mode",
-            _forward_loop(noop_model, noop_x),
+            _forward_loop(noop_model, noop_x, sync),
             noop.__enter__,
             lambda: noop.__exit__(None, None, None),
         ),
         Variant(
-            "torchdevice", _forward_loop(td_model, td_x), torchdevice.enable, torchdevice.disable
+            "torchdevice",
+            _forward_loop(td_model, td_x, sync),
+            torchdevice.enable,
+            torchdevice.disable,
         ),
     ]
     forwards: dict[str, Forward] = {
@@ -178,14 +226,30 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (one report, wr
     parser.add_argument("--rounds", type=int, help="rounds (default 31 quick, 101 full)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target fails")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="native side's device (auto: cuda if available)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["default", "reduce-overhead"],
+        default="default",
+        help="torch.compile mode (reduce-overhead: CUDA graphs on a GPU)",
+    )
+    parser.add_argument("--size", choices=list(SIZES), default="small", help="model size")
     args = parser.parse_args(argv)
     rounds = args.rounds or (31 if args.quick else 101)
+    device = pick_device(args.device)
+    width, batch = SIZES[args.size]
+    mode = None if args.mode == "default" else args.mode
 
     torch.set_num_threads(1)
     if torchdevice.is_enabled():  # ACTIVATE_TORCH_DEVICE=1 in the environment
         torchdevice.disable()
     started = time.perf_counter()
-    variants, info, forwards = build_variants()
+    variants, info, forwards = build_variants(device, args.size, mode)
     graphs = counters["stats"]["unique_graphs"]
     case = Case("compiled", "compiled MLP", variants, 40.0 if args.quick else 100.0)
     entries = {v.name: mode_entries(v, forwards[v.name], 20) for v in variants}
@@ -201,12 +265,15 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (one report, wr
     recompiled = counters["stats"]["unique_graphs"] - graphs
     elapsed = time.perf_counter() - started
 
+    gpu = f", {torch.cuda.get_device_name()}" if device == "cuda" else ""
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
         f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s)"
+        f"{gpu}"
     )
+    print(f"device {device}, mode {args.mode}, size {args.size}")
     print(
-        f"inductor, {LAYERS} x Linear({WIDTH}, {WIDTH}) + ReLU, batch {BATCH}, no_grad; "
+        f"inductor, {LAYERS} x Linear({width}, {width}) + ReLU, batch {batch}, no_grad; "
         f"{rounds} rounds of {case.calls} forwards per block; graphs compiled during timing: "
         f"{recompiled}\n"
     )
@@ -273,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (one report, wr
                 "torchdevice": torchdevice.__version__,
                 "platform": platform.platform(),
                 "cpus": os.cpu_count(),
+                "device": device,
+                "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+                "mode": args.mode,
+                "size": args.size,
+                "width": width,
+                "batch": batch,
                 "rounds": rounds,
                 "forwards_per_block": case.calls,
                 "quick": args.quick,

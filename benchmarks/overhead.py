@@ -12,6 +12,12 @@ median over rounds; ratios are the median of the per-round ratios (both blocks o
 ran within milliseconds of each other, so machine drift cancels). Targets are ratios for
 the same reason: absolute microseconds differ between machines, the ratio to a baseline
 taken in the same run does not (much).
+
+On a CUDA host the factory case runs on the GPU: native ``torch.zeros(4, device="cuda")``
+against the same call under torchdevice (cuda stays cuda there: what CUDA-first code pays),
+plus an MPS request torchdevice really redirects to CUDA; those loops end with
+``torch.cuda.synchronize()``, and a kernel launch (a few µs) then dominates each call. The
+other cases use CPU tensors on every host: they measure the mode's host-side cost per call.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ TINY_OP_TOLERANCE = 1.10
 FACTORY_LIMIT = 2.5
 MLP_LIMIT = 1.03
 FALLBACK_LIMIT = 1.01
+#: The factory variant, on a CUDA host only, whose request torchdevice moves (MPS -> CUDA).
+MPS_ON_CUDA = "torchdevice zeros(4, device='mps')"
 
 
 class Noop(TorchFunctionMode):
@@ -79,7 +87,8 @@ def _armed_fallback_variant(name: str, loop: Callable[[int], None]) -> Variant:
     A CPU-only host arms no fallback (nothing to fall back from), so the fallback of an
     accelerator host is put on the mode by hand, for a device type no tensor here has:
     every call then takes the armed path (the cached-op check and the ``try``) and none
-    fails — exactly the cost an accelerator host pays when nothing falls back.
+    fails — exactly the cost an accelerator host pays when nothing falls back. An
+    accelerator host (CUDA) arms its own: it is kept, and this variant is plain torchdevice.
     """
 
     def enter() -> None:
@@ -88,7 +97,8 @@ def _armed_fallback_variant(name: str, loop: Callable[[int], None]) -> Variant:
         runtime = torchdevice.activation.current_runtime()
         assert mode is not None
         assert runtime is not None
-        mode.fallback = Fallback(runtime, "privateuseone")
+        if mode.fallback is None:
+            mode.fallback = Fallback(runtime, "privateuseone")
 
     return Variant(name, loop, enter, torchdevice.disable)
 
@@ -116,18 +126,23 @@ def _add_loop(a: torch.Tensor, b: torch.Tensor) -> Callable[[int], None]:
     return run
 
 
-def _zeros_loop(device: str | None) -> Callable[[int], None]:
+def _zeros_loop(device: str | None, sync: bool = False) -> Callable[[int], None]:
+    """``n`` factories; with ``sync``, then ``torch.cuda.synchronize()`` (their kernels done)."""
     if device is None:
 
         def run(n: int) -> None:
             for _ in range(n):
                 _ = torch.zeros(4)
+            if sync:
+                torch.cuda.synchronize()
 
     else:
 
         def run(n: int) -> None:
             for _ in range(n):
                 _ = torch.zeros(4, device=device)
+            if sync:
+                torch.cuda.synchronize()
 
     return run
 
@@ -153,10 +168,15 @@ class Case:
 
 
 def _redirect_request() -> tuple[str, str | None]:
-    """A request torchdevice moves on this host, and the native call landing there."""
+    """The CUDA request of CUDA-first code, and the native call landing where it lands.
+
+    On a CPU or MPS host torchdevice sends it to the host's default device, where a native
+    ``torch.zeros(4)`` lands; on a CUDA host it stays on CUDA (the cost left is
+    torchdevice's overhead on CUDA-first code), against a native ``device="cuda"``.
+    """
     if torch.cuda.is_available():
-        return "mps", "cuda"  # an MPS request on a CUDA host goes to CUDA
-    return "cuda", None  # a CUDA request on a CPU or MPS host goes to its default device
+        return "cuda", "cuda"
+    return "cuda", None
 
 
 def _factory_names() -> tuple[str, str]:
@@ -172,8 +192,19 @@ def build_cases(quick: bool) -> list[Case]:
     a, b = torch.randn(16), torch.randn(16)
     add = _add_loop(a, b)
     request, native_device = _redirect_request()
-    native_zeros = _zeros_loop(native_device)
+    on_gpu = native_device == "cuda"  # a CUDA host: every factory below lands on the GPU
+    native_zeros = _zeros_loop(native_device, on_gpu)
     redirected_name, native_name = _factory_names()
+    factory_variants = [
+        Variant(native_name, native_zeros),
+        _torchdevice_variant(redirected_name, _zeros_loop(request, on_gpu)),
+        _noop_variant(native_name.replace("native", "Noop mode"), native_zeros),
+        _torchdevice_variant("torchdevice zeros(4) (no device)", _zeros_loop(None, on_gpu)),
+    ]
+    if on_gpu:  # a request torchdevice really moves here: MPS-first code on a CUDA host
+        factory_variants.append(
+            _torchdevice_variant(MPS_ON_CUDA, _zeros_loop("mps", on_gpu)),
+        )
 
     linear = nn.Linear(64, 64)
     linear_x = torch.randn(32, 64)
@@ -195,12 +226,7 @@ def build_cases(quick: bool) -> list[Case]:
         Case(
             "factory",
             f"torch.zeros(4) / torch.zeros(4, device={request!r})",
-            [
-                Variant(native_name, native_zeros),
-                _torchdevice_variant(redirected_name, _zeros_loop(request)),
-                _noop_variant(native_name.replace("native", "Noop mode"), native_zeros),
-                _torchdevice_variant("torchdevice zeros(4) (no device)", _zeros_loop(None)),
-            ],
+            factory_variants,
             10 * scale,
         ),
         Case(
@@ -305,6 +331,17 @@ class Target:
 def targets() -> list[Target]:
     """The three targets, then reference ratios that explain them (no limit)."""
     redirected_name, native_name = _factory_names()
+    extra = []
+    if torch.cuda.is_available():
+        extra.append(
+            Target(
+                "MPS request redirected to CUDA / native factory",
+                "factory",
+                MPS_ON_CUDA,
+                native_name,
+                None,
+            )
+        )
     return [
         Target(
             f"tiny op: torchdevice / set_default_device <= 1.0 (tolerance {TINY_OP_TOLERANCE:.2f})",
@@ -353,6 +390,7 @@ def targets() -> list[Target]:
         Target("Linear forward: Noop mode / native", "linear", "Noop mode", "native", None),
         Target("MLP forward: Noop mode / native", "mlp", "Noop mode", "native", None),
         Target("MLP forward: torchdevice / Noop mode", "mlp", "torchdevice", "Noop mode", None),
+        *extra,
     ]
 
 
@@ -433,6 +471,7 @@ def environment() -> dict[str, Any]:
         "torchdevice": torchdevice.__version__,
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
 
 

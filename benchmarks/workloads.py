@@ -3,11 +3,20 @@
 Usage::
 
     python benchmarks/workloads.py [--quick] [--rounds N] [--only NAME ...] [--json PATH] [--check]
+        [--device {auto,cpu,cuda}]
 
 Every ratio is redirected / native (time per unit, or peak memory): above 1, torchdevice costs.
 The redirected side is the CUDA-first code (``device="cuda"``, ``.cuda()``,
-``torch.autocast("cuda")``, NCCL) under torchdevice on this host; the native side is the same
-code written for the CPU (``device="cpu"``, ``torch.autocast("cpu")``, gloo), without it.
+``torch.autocast("cuda")``, NCCL) under torchdevice on this host. The native side depends on
+the host (``--device``; ``auto``: ``cuda`` when ``torch.cuda.is_available()``):
+
+* ``cpu``: the same code written for the CPU (``device="cpu"``, ``torch.autocast("cpu")``,
+  gloo), without torchdevice;
+* ``cuda``: the same CUDA-first code, run natively on the GPU. torchdevice leaves CUDA
+  requests on a CUDA host where they are, so the ratio is its overhead alone. Timed blocks
+  end with ``torch.cuda.synchronize()``; the memory workload adds the peak GPU memory
+  (``torch.cuda.max_memory_allocated``) of both sides; the DDP step needs two GPUs (NCCL
+  puts one rank on each) and is skipped, with the reason printed, on fewer.
 
 * In-process workloads (training loop eager and compiled, ``generate``, DataLoader) run rounds
   of two blocks, native and redirected, in alternating order; the redirected block switches
@@ -30,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,17 +98,32 @@ class Result:
         }
 
 
+class Skipped(Exception):
+    """A workload this host cannot run; the message says why."""
+
+
+def _no_sync() -> None:
+    pass
+
+
+def _sync(device: str) -> Callable[[], None]:
+    """What ends a timed block: ``torch.cuda.synchronize`` on CUDA (the GPU's work done)."""
+    return torch.cuda.synchronize if device == "cuda" else _no_sync
+
+
 def alternate(
     result: Result,
     native: Callable[[int], None],
     redirected: Callable[[int], None],
     units: int,
     rounds: int,
+    sync: Callable[[], None] = _no_sync,
 ) -> Result:
     """Rounds of three blocks, order rotated each round: seconds per unit of each side.
 
     The sides: the native code, the same code under a do-nothing function mode (what any
     Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected.
+    ``sync`` runs before the timer starts and before it stops.
     """
     noop = Noop()
     sides: list[
@@ -114,8 +139,10 @@ def alternate(
     ) -> float:
         enter()
         try:
+            sync()
             started = time.perf_counter()
             run(n)
+            sync()
             return (time.perf_counter() - started) / n
         finally:
             leave()
@@ -131,9 +158,9 @@ def alternate(
 
 
 # -- training loop ----------------------------------------------------------------------
-def training(quick: bool, rounds: int) -> Result:
+def training(quick: bool, rounds: int, device: str) -> list[Result]:
     """Steps/s of the tiny GPT: AdamW, autocast (bfloat16), 2 micro-batches per step."""
-    native_step = trainer("cpu")
+    native_step = trainer(device)
     torchdevice.enable()
     try:
         redirected_step = trainer("cuda")
@@ -150,13 +177,13 @@ def training(quick: bool, rounds: int) -> Result:
         return run
 
     result = Result("training loop, eager", "steps/s", 1.02)
-    return alternate(
-        result, loop(native_step, 0), loop(redirected_step, 1), 5 if quick else 10, rounds
-    )
+    units = 5 if quick else 10
+    alternate(result, loop(native_step, 0), loop(redirected_step, 1), units, rounds, _sync(device))
+    return [result]
 
 
 # -- generate -----------------------------------------------------------------------------
-def generate(quick: bool, rounds: int) -> Result:
+def generate(quick: bool, rounds: int, device: str) -> list[Result]:
     """Tokens/s of Hugging Face ``generate`` (greedy, KV cache) on a 2-layer GPT-2 from config."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import GPT2Config, GPT2LMHeadModel  # noqa: PLC0415 (slow import)
@@ -166,7 +193,7 @@ def generate(quick: bool, rounds: int) -> Result:
     config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=512, n_positions=128)
     new_tokens = 32
 
-    def build(device: str) -> Callable[[int], None]:
+    def build(device: str, side: str) -> Callable[[int], None]:
         torch.manual_seed(0)
         model = GPT2LMHeadModel(config).eval().to(device)
         prompt = torch.randint(0, 512, (1, 8), device=device)
@@ -181,26 +208,36 @@ def generate(quick: bool, rounds: int) -> Result:
                         do_sample=False,
                         pad_token_id=0,
                     )
-            outputs[device] = out
+            outputs[side] = out
 
         return run
 
     outputs: dict[str, torch.Tensor] = {}
-    native = build("cpu")
+    native = build(device, "native")
     torchdevice.enable()
     try:
-        redirected = build("cuda")
+        redirected = build("cuda", "redirected")
     finally:
         torchdevice.disable()
     result = alternate(
-        Result("HF generate", "tokens/s", 1.02), native, redirected, 2 if quick else 4, rounds
+        Result("HF generate", "tokens/s", 1.02),
+        native,
+        redirected,
+        2 if quick else 4,
+        rounds,
+        _sync(device),
     )
-    if not torch.equal(outputs["cpu"], outputs["cuda"]):
+    same = torch.equal(outputs["native"].cpu(), outputs["redirected"].cpu())
+    if device == "cpu" and not same:
         raise AssertionError("redirected generate produced other tokens than native")
+    if device == "cuda":
+        # Under torchdevice on a CUDA host the model's device-less factories land on the GPU
+        # and draw its weights from the CUDA generator: the tokens may differ; say whether.
+        result.note = f"tokens equal to native: {same}"
     result.native = [s / new_tokens for s in result.native]
     result.redirected = [s / new_tokens for s in result.redirected]
     result.noop = [s / new_tokens for s in result.noop]
-    return result
+    return [result]
 
 
 # -- DataLoader ---------------------------------------------------------------------------
@@ -216,7 +253,7 @@ class Images(Dataset[tuple[torch.Tensor, int]]):
         return (image - 0.5) / 0.25, index % 10
 
 
-def dataloader(quick: bool, rounds: int) -> Result:
+def dataloader(quick: bool, rounds: int, device: str) -> list[Result]:
     """Batches/s over whole epochs (worker start-up included): 2 workers, pin_memory=True."""
 
     def epochs(device: str) -> Callable[[int], None]:
@@ -235,13 +272,18 @@ def dataloader(quick: bool, rounds: int) -> Result:
 
     batches = len(Images()) // 32
     result = alternate(
-        Result("DataLoader", "batches/s", 1.02), epochs("cpu"), epochs("cuda"), 1, rounds
+        Result("DataLoader", "batches/s", 1.02),
+        epochs(device),
+        epochs("cuda"),
+        1,
+        rounds,
+        _sync(device),
     )
     result.native = [s / batches for s in result.native]
     result.redirected = [s / batches for s in result.redirected]
     result.noop = [s / batches for s in result.noop]
     result.note = f"start method {torch.multiprocessing.get_start_method()}"
-    return result
+    return [result]
 
 
 # -- fresh processes: DDP and peak memory ---------------------------------------------------
@@ -273,8 +315,25 @@ def _child(command: list[str], redirected: bool, timeout: float) -> str:
     return done.stdout
 
 
-def ddp(quick: bool, rounds: int) -> Result:
-    """Steps/s of a 2-rank DDP step (gloo): the NCCL script redirected vs the gloo script."""
+def ddp_skip_reason(device: str, gpus: int) -> str | None:
+    """Why the DDP step cannot run natively here, or None: NCCL needs one GPU per rank."""
+    if device == "cuda" and gpus < 2:
+        return (
+            f"DDP step skipped: {gpus} CUDA device(s); NCCL cannot put 2 ranks on one GPU, "
+            "and a native 2-rank NCCL run is the baseline on a CUDA host"
+        )
+    return None
+
+
+def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
+    """Steps/s of a 2-rank DDP step: the NCCL script redirected vs the script native there.
+
+    Native on a CPU-only host: the script written for gloo; on a CUDA host (two GPUs or
+    more): the same NCCL script without torchdevice.
+    """
+    reason = ddp_skip_reason(device, torch.cuda.device_count() if device == "cuda" else 0)
+    if reason is not None:
+        raise Skipped(reason)
     steps = 100 if quick else 300
     result = Result("DDP step, 2 ranks", "steps/s", 1.05)
     with tempfile.TemporaryDirectory() as tmp:
@@ -289,7 +348,7 @@ def ddp(quick: bool, rounds: int) -> Result:
                 "--nproc_per_node=2",
                 str(HERE / "_ddp_step.py"),
                 "--written-for",
-                "cuda" if redirected else "cpu",
+                "cuda" if redirected else device,
                 str(out),
                 str(steps),
             ]
@@ -300,31 +359,50 @@ def ddp(quick: bool, rounds: int) -> Result:
             order = [False, True] if r % 2 == 0 else [True, False]
             for redirected in order:
                 (result.redirected if redirected else result.native).append(launch(redirected))
-    return result
+    return [result]
 
 
-def _training_children(result: Result, rounds: int, args: list[str], key: str) -> Result:
-    """Fresh ``_gpt.py`` children, alternately native and redirected (by the environment)."""
+def _training_children(
+    results: list[tuple[Result, str]], rounds: int, args: list[str], device: str
+) -> list[Result]:
+    """Fresh ``_gpt.py`` children, alternately native and redirected (by the environment).
+
+    Each ``(result, key)`` collects the children's ``report[key]``: ``peak_kb`` (in MiB),
+    ``peak_gpu_mib``, or a rate (stored as seconds per unit).
+    """
+    landed = "cuda:0" if device == "cuda" else "cpu"  # where both sides' tensors must live
     for r in range(rounds):
         order = [False, True] if r % 2 == 0 else [True, False]
         for redirected in order:
-            device = "cuda" if redirected else "cpu"
-            command = [sys.executable, str(HERE / "_gpt.py"), "--device", device, *args]
+            written_for = "cuda" if redirected else device
+            command = [sys.executable, str(HERE / "_gpt.py"), "--device", written_for, *args]
             report = json.loads(_child(command, redirected, 300).splitlines()[-1])
-            if report["redirected"] != redirected or report["device"] != "cpu":
-                raise AssertionError(f"training child: expected redirected={redirected}: {report}")
-            value = report[key] / 1024 if key == "peak_kb" else 1 / report[key]
-            (result.redirected if redirected else result.native).append(value)
-    return result
+            if report["redirected"] != redirected or report["device"] != landed:
+                raise AssertionError(
+                    f"training child: expected redirected={redirected} on {landed}: {report}"
+                )
+            for result, key in results:
+                value = report[key]
+                value = value / 1024 if key == "peak_kb" else value
+                value = 1 / value if result.rate else value
+                (result.redirected if redirected else result.native).append(value)
+    return [result for result, _ in results]
 
 
-def memory(quick: bool, rounds: int) -> Result:
-    """Peak RSS (``VmHWM``) of a fresh child running the eager training loop."""
-    result = Result("peak memory, training loop", "MiB", 1.02, rate=False)
-    return _training_children(result, rounds, ["--steps", "10" if quick else "30"], "peak_kb")
+def memory(quick: bool, rounds: int, device: str) -> list[Result]:
+    """Peak RSS (``VmHWM``) of a fresh child running the eager training loop.
+
+    On a CUDA host also its peak GPU memory (``torch.cuda.max_memory_allocated``).
+    """
+    results = [(Result("peak memory, training loop", "MiB", 1.02, rate=False), "peak_kb")]
+    if device == "cuda":
+        gpu = Result("peak GPU memory, training loop", "MiB", 1.02, rate=False)
+        gpu.note = "torch.cuda.max_memory_allocated"
+        results.append((gpu, "peak_gpu_mib"))
+    return _training_children(results, rounds, ["--steps", "10" if quick else "30"], device)
 
 
-def compiled_training(quick: bool, rounds: int) -> Result:
+def compiled_training(quick: bool, rounds: int, device: str) -> list[Result]:
     """Steps/s of the compiled training loop, in fresh children (compile and warm-up untimed).
 
     Not alternated in one process: every ``torchdevice.enable()`` makes a new runtime, and a
@@ -333,17 +411,26 @@ def compiled_training(quick: bool, rounds: int) -> Result:
     """
     result = Result("training loop, compiled", "steps/s", 1.02)
     args = ["--compiled", "--warmup", "3", "--steps", "20" if quick else "60"]
-    return _training_children(result, rounds, args, "steps_per_s")
+    return _training_children([(result, "steps_per_s")], rounds, args, device)
 
 
-WORKLOADS: dict[str, Callable[[bool, int | None], Result]] = {
-    "train-eager": lambda q, r: training(q, r or (6 if q else 21)),
-    "train-compiled": lambda q, r: compiled_training(q, r or (1 if q else 3)),
-    "generate": lambda q, r: generate(q, r or (6 if q else 21)),
-    "dataloader": lambda q, r: dataloader(q, r or (6 if q else 15)),
-    "ddp": lambda q, r: ddp(q, r or (1 if q else 3)),
-    "memory": lambda q, r: memory(q, r or (1 if q else 3)),
+WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
+    "train-eager": lambda q, r, d: training(q, r or (6 if q else 21), d),
+    "train-compiled": lambda q, r, d: compiled_training(q, r or (1 if q else 3), d),
+    "generate": lambda q, r, d: generate(q, r or (6 if q else 21), d),
+    "dataloader": lambda q, r, d: dataloader(q, r or (6 if q else 15), d),
+    "ddp": lambda q, r, d: ddp(q, r or (1 if q else 3), d),
+    "memory": lambda q, r, d: memory(q, r or (1 if q else 3), d),
 }
+
+
+def pick_device(requested: str) -> str:
+    """``--device``: ``auto`` is ``cuda`` where torch sees a CUDA GPU, else ``cpu``."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this host")
+    return requested
 
 
 def markdown(summaries: dict[str, dict[str, Any]]) -> str:
@@ -369,7 +456,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="run only these")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target fails")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="native side's device (auto: cuda if available)",
+    )
     args = parser.parse_args(argv)
+    device = pick_device(args.device)
 
     torch.set_num_threads(1)
     if torchdevice.is_enabled():  # ACTIVATE_TORCH_DEVICE=1 in the environment
@@ -377,33 +471,57 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
         f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s), "
-        f"{platform.machine()}{' (quick)' if args.quick else ''}",
+        f"{platform.machine()}{' (quick)' if args.quick else ''}; native side on {device}"
+        f"{f' ({torch.cuda.get_device_name()})' if device == 'cuda' else ''}",
         flush=True,
     )
     summaries: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    errors: dict[str, str] = {}
     started = time.perf_counter()
     for key in args.only or list(WORKLOADS):
         begun = time.perf_counter()
-        result = WORKLOADS[key](args.quick, args.rounds)
-        summaries[result.name] = result.summary() | {"seconds": time.perf_counter() - begun}
-        s = summaries[result.name]
-        print(f"{result.name}: {s['ratio']:.3f} ({s['seconds']:.0f} s)", flush=True)
+        try:
+            results = WORKLOADS[key](args.quick, args.rounds, device)
+        except Skipped as skip:
+            skipped[key] = str(skip)
+            print(f"{key}: {skip}", flush=True)
+            continue
+        except Exception as error:  # one workload failing must not lose the others' numbers
+            errors[key] = f"{type(error).__name__}: {error}"
+            traceback.print_exc()
+            print(f"{key}: FAILED: ...{errors[key][-500:]}", flush=True)
+            continue
+        for result in results:
+            summaries[result.name] = result.summary() | {"seconds": time.perf_counter() - begun}
+            s = summaries[result.name]
+            print(f"{result.name}: {s['ratio']:.3f} ({s['seconds']:.0f} s)", flush=True)
     elapsed = time.perf_counter() - started
     print()
     print(markdown(summaries))
+    for key, reason in skipped.items():
+        print(f"\nskipped {key}: {reason}")
+    for key, message in errors.items():
+        print(f"\nFAILED {key}: ...{message[-500:]}")
     print(f"\nmeasured in {elapsed:.0f} s")
-    passed = all(s["passed"] for s in summaries.values())
+    passed = all(s["passed"] for s in summaries.values()) and not errors
     if args.json:
         meta = {
             **environment(),
+            "device": device,
             "quick": args.quick,
             "seconds": elapsed,
         }
-        args.json.write_text(
-            json.dumps({"meta": meta, "workloads": summaries, "passed": passed}, indent=2) + "\n"
-        )
+        out = {
+            "meta": meta,
+            "workloads": summaries,
+            "skipped": skipped,
+            "errors": errors,
+            "passed": passed,
+        }
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {args.json}")
-    return 1 if args.check and not passed else 0
+    return 1 if errors or (args.check and not passed) else 0
 
 
 if __name__ == "__main__":
