@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 __all__ = [
-    "CallSite", "Position", "caller", "is_internal", "past_overrides", "position_of",
+    "CallSite", "Position", "caller", "entry", "first_user", "is_internal", "past_overrides", "position_of",
     "set_entry", "site_of", "user_frame",
 ]  # fmt: skip
 
@@ -76,10 +76,10 @@ def user_frame(depth: int) -> FrameType | None:
     Walks up one frame at a time: one cached dict lookup by code id per frame, and (on
     3.11+, where frame objects are made on demand) one frame object built per frame.
     """
-    return _first_user(sys._getframe(depth + 1))
+    return first_user(sys._getframe(depth + 1))
 
 
-def _first_user(frame: FrameType | None) -> FrameType | None:
+def first_user(frame: FrameType | None) -> FrameType | None:
     """``frame`` or the first frame above it that is user code."""
     known = internal_cache
     while frame is not None:
@@ -100,7 +100,7 @@ def past_overrides(frame: FrameType | None, method: str) -> FrameType | None:
     is where ``model.cuda()`` was written, not the override's ``super().cuda()``.
     """
     while frame is not None and frame.f_code.co_name == method:
-        frame = _first_user(frame.f_back)
+        frame = first_user(frame.f_back)
     return frame
 
 
@@ -113,6 +113,11 @@ _entry: list[CodeType] = []
 def set_entry(code: CodeType) -> None:
     """Name the code through which torch calls into torchdevice (see :func:`caller`)."""
     _entry[:] = [code]
+
+
+def entry() -> CodeType | None:
+    """The code :func:`set_entry` named (``None`` before :mod:`torchdevice.mode` loads)."""
+    return _entry[0] if _entry else None
 
 
 def caller(entry_depth: int) -> FrameType | None:
@@ -129,8 +134,8 @@ def caller(entry_depth: int) -> FrameType | None:
     except ValueError:  # the stack is shallower than guessed
         frame = None
     if frame is None or not _entry or frame.f_code is not _entry[0]:
-        return _first_user(sys._getframe(1))
-    return _first_user(frame.f_back)
+        return first_user(sys._getframe(1))
+    return first_user(frame.f_back)
 
 
 #: Where a call's expression lies in its file: line, end line, column, end column (columns

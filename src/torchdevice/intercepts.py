@@ -45,6 +45,7 @@ from torchdevice.transfers import (
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
 _is_compiling = torch.compiler.is_compiling
+_getframe = sys._getframe
 
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
@@ -67,16 +68,32 @@ def _apply(
 ) -> tuple[torch.device, Standing | None]:
     """The hot path of a redirected factory: :meth:`Runtime.place`, inlined.
 
-    Inlined (one resolve, one compile check) because every factory with a ``device=``
-    pays for it; the reporting rule stays the runtime's (``Runtime.applied``). Returns the
-    device and what the request stands for (:mod:`torchdevice.transfers`); ``None`` for
-    that while dynamo traces: marks are for eager tensors.
+    Inlined because every factory with a ``device=`` pays for it: outside dynamo, one
+    compile check, one lookup in the runtime's decision cache, and a count at the user's
+    line (``Recorder.hit``) found through the frames this path is known to run in
+    (``_apply`` <- handler <- the mode's ``__torch_function__`` <- the caller); the
+    reporting rule stays the runtime's (``Runtime.applied``). Returns the device and what
+    the request stands for (:mod:`torchdevice.transfers`); ``None`` for that while dynamo
+    traces: marks are for eager tensors.
     """
-    decision, device, kind, wanted = rt.resolve(request)
     if _is_compiling():
-        return device, None
-    if kind is not None:  # reported by Runtime.place's rule; _apply <- handler <- mode
-        rt.recorder.hit(callsite.caller(2), func, decision, kind)
+        return rt.resolve(request)[1], None
+    try:
+        resolved = rt.decisions.get((type(request), request))
+    except TypeError:  # unhashable: resolve() lets the policy raise
+        resolved = None
+    if resolved is None:
+        resolved = rt.resolve(request)
+    decision, device, kind, wanted = resolved
+    if kind is not None:
+        mode_frame = _getframe(2)
+        if mode_frame.f_code is callsite.entry():
+            frame = mode_frame.f_back
+            if frame is not None and callsite.internal_cache.get(id(frame.f_code)) is not False:
+                frame = callsite.first_user(frame)
+        else:  # reached another way: the full walk
+            frame = callsite.caller(2)
+        rt.recorder.hit(frame, func, decision, kind)
     if type(request) is torch.device:  # a remembered device object knows its standing
         wanted = requested(request, wanted)
     return device, wanted

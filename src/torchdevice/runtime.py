@@ -68,7 +68,10 @@ class Runtime:
             extra.add(host.device_type)
         self._extra_types = frozenset(extra)
         self._lock = threading.Lock()
-        self._decisions: dict[tuple[type, object], Resolved] = {}
+        #: The decision cache, keyed by (type, request): :meth:`resolve` fills it; the
+        #: factory hot path (``intercepts._apply``) reads it without a call. Replaced
+        #: whole when the CPU override turns, never changed in place otherwise.
+        self.decisions: dict[tuple[type, object], Resolved] = {}
         self._devices: dict[DeviceSpec, torch.device] = {}
         # Per-decision application (device, report kind), keyed by id(decision); the
         # decisions are kept alive in _kept so their ids are never reused.
@@ -98,7 +101,7 @@ class Runtime:
         with self._lock:
             if self._state.cpu_override != on:
                 self._state = PolicyState(cpu_override=on, keep_cpu=self._state.keep_cpu)
-                self._decisions = {}
+                self.decisions = {}
 
     def decide(self, request: object) -> Decision:
         """The policy's decision for ``request``, cached; applies the ``cpu:-1`` toggle."""
@@ -115,7 +118,7 @@ class Runtime:
             return self._resolve_traced(request)
         key = (type(request), request)
         try:
-            resolved = self._decisions.get(key)
+            resolved = self.decisions.get(key)
         except TypeError:  # unhashable request: let the policy raise its TypeError
             resolved = None
         if resolved is None:
@@ -148,7 +151,7 @@ class Runtime:
             )
         if not decision.toggle_override:
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
-                self._decisions[key] = resolved
+                self.decisions[key] = resolved
         return resolved
 
     def _resolve_traced(self, request: object) -> Resolved:
@@ -307,7 +310,7 @@ def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) ->
     del cpu_override
     key = (type(request), request)
     try:
-        resolved = runtime._decisions.get(key)
+        resolved = runtime.decisions.get(key)
     except TypeError:
         resolved = None
     if resolved is None:
