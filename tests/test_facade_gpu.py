@@ -5,6 +5,7 @@ Skipped without a CUDA GPU (run on the lent GPU machine).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
@@ -92,3 +93,36 @@ def test_cpu_host_semantics_with_a_cuda_build_of_torch():
     torchdevice.disable()
     assert torch.cuda is REAL_CUDA
     assert torch.zeros(1, device="cuda").device.type == "cuda"
+
+
+_FORKED_WORKERS = """
+import torch, torchdevice
+from torch.utils.data import DataLoader, Dataset
+
+class Noise(Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, index):
+        return torch.rand(4), index  # a device-less factory in the worker
+
+torchdevice.enable()
+torch.manual_seed(1)
+first = torch.rand(3, device="cuda")  # CUDA is initialized before the workers fork
+torch.manual_seed(1)
+assert torch.equal(first, torch.rand(3, device="cuda")), "torch.manual_seed seeds CUDA"
+loader = DataLoader(Noise(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+seen = sorted(int(i) for _, indices in loader for i in indices)
+assert seen == list(range(8)), seen
+print("ok")
+"""
+
+
+def test_forked_dataloader_workers_after_cuda_initialized():
+    """Workers seed themselves with torch.manual_seed, which seeds torch.mps, the facade over
+    CUDA here: a fork child of a CUDA process must not initialize CUDA to do it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_WORKERS],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"

@@ -209,8 +209,29 @@ def test_cuda_host_mps_facade_answers_from_torch_cuda(monkeypatch):
     assert torch.mps.recommended_max_memory() == 80 * 2**30
     assert torch.backends.mps.get_core_count() == 132
     assert torch.backends.mps.get_name() == "NVIDIA H100"
+    # Seeding goes through torch.cuda.manual_seed/seed, which queue the call until CUDA
+    # initializes: reading the generator would initialize CUDA (in a forked DataLoader
+    # worker, an error).
+    monkeypatch.setattr(cuda, "manual_seed", lambda seed: calls.append(("manual_seed", seed)))
+    monkeypatch.setattr(cuda, "seed", lambda: calls.append("seed"))
     torch.mps.manual_seed(3)
-    assert generator.initial_seed() == 3
+    torch.mps.seed()
+    assert calls[2:] == [("manual_seed", 3), "seed"]
+    assert generator.initial_seed() != 3  # not read
+
+
+def test_cuda_host_fork_child_seeds_without_touching_cuda(monkeypatch):
+    """A worker forked after CUDA initialized seeds itself with torch.manual_seed: torch asks
+    torch.mps._is_in_bad_fork() first, which the facade answers from torch.cuda."""
+    cuda = real_device.REAL_CUDA
+    monkeypatch.setattr(cuda, "_is_in_bad_fork", lambda: True)
+    monkeypatch.setattr(cuda, "manual_seed", lambda seed: pytest.fail("CUDA seeded in a bad fork"))
+    torchdevice.enable(host=Host.cuda(1, ("NVIDIA H100",)))
+    assert torch.mps._is_in_bad_fork() is True
+    torch.manual_seed(4)  # seeds the CPU; skips torch.cuda and torch.mps, as natively
+    assert torch.initial_seed() == 4
+    monkeypatch.setattr(cuda, "_is_in_bad_fork", lambda: False)
+    assert torch.mps._is_in_bad_fork() is False
 
 
 # -- a backend registered at run time (the simulated accelerator's kind) ----------------------

@@ -111,4 +111,45 @@ def test_to_with_every_argument_positional_takes_the_dtype_rule(accelerator):
         assert independent(moved, x)  # copy=True, given positionally
 
 
+def test_a_tensor_rebuilt_from_host_memory_stays_on_the_host(accelerator):
+    """A DataLoader worker's batch reaches the parent through shared memory, where torch
+    rebuilds it as torch.empty(device=<storage's device>).set_(storage): the empty tensor
+    must not be redirected away from its storage."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    host = torch.arange(4.0, device="cpu:-1")  # a genuine CPU tensor; the override is on
+    torch.zeros(0, device="cpu:-1")  # and off again
+    assert torch.zeros(1, device="cpu").device == accelerator
+    rebuild, args = reduce_tensor(host.share_memory_())
+    rebuilt = rebuild(*args)
+    assert rebuilt.device.type == "cpu"
+    assert torch.equal(rebuilt, torch.arange(4.0, device="cpu:-1"))
+    torch.zeros(0, device="cpu:-1")
+
+
+def _placements() -> list[str]:
+    return [
+        torch.zeros(1).device.type,
+        torch.zeros(1, device="cpu").device.type,
+        torch.zeros(1, device="cuda").device.type,
+    ]
+
+
+def test_a_fork_child_that_cannot_use_the_accelerator_keeps_host_tensors_on_the_cpu(
+    accelerator, monkeypatch
+):
+    """A DataLoader worker forked after CUDA (or MPS) initialized cannot use it: there, the
+    host tensors it makes stay CPU tensors, as natively. Device requests still go to the
+    device, where natively they would fail the same way."""
+    import multiprocessing
+
+    assert _placements() == [NAME, NAME, NAME]
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_placements) == [NAME, NAME, NAME]  # a fork child that can use it
+        monkeypatch.setattr(torch.get_device_module(NAME), "_is_in_bad_fork", lambda: True)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_placements) == ["cpu", "cpu", NAME]
+    assert _placements() == [NAME, NAME, NAME]  # the parent is unchanged
+
+
 mirror_in_parent(globals())

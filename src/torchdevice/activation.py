@@ -9,11 +9,14 @@ state.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from torchdevice import fallback as fallback_module
 from torchdevice import ledger, mode, patches, report_parts, threads
@@ -132,11 +135,49 @@ def _enter_current_thread() -> None:
         threads.guard_exit()
 
 
+def _after_fork_in_child() -> None:
+    """In a fork child that must not touch the accelerator, keep host requests on the CPU.
+
+    A ``DataLoader`` worker is forked from a process that has used the accelerator; CUDA
+    (and MPS) cannot be used again in such a child, which torch reports through the device
+    module's ``_is_in_bad_fork()`` (``torch.manual_seed`` asks the same question). Natively
+    the worker's host tensors (``torch.rand(3)`` in ``__getitem__``) are CPU tensors.
+    """
+    rt = runtime_module.active()
+    if rt is None or rt.default_device is None:
+        return
+    try:
+        module = torch.get_device_module(rt.default_device.type)
+    except RuntimeError:  # no device module: nothing says the child cannot use it
+        return
+    in_bad_fork = getattr(module, "_is_in_bad_fork", None)
+    if in_bad_fork is not None and in_bad_fork():
+        rt.keep_host_requests(
+            f"this process was forked after {rt.default_device.type} was initialized"
+        )
+
+
+_fork_hook: list[bool] = []
+
+
+def _watch_forks() -> None:
+    """Register :func:`_after_fork_in_child` once per process.
+
+    Fork handlers cannot be unregistered; this one does nothing while redirection is off,
+    so it is outside the ledger.
+    """
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook.append(True)
+
+
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _mode, _options
     _export_environment(runtime, options)
-    table = build_table(runtime.host)
+    if not runtime.table:  # once per runtime: compiled graphs guard on the runtime
+        runtime.use_table(build_table(runtime.host))
+    table = runtime.table
     accelerator = runtime.default_device
     fallback = (
         None
@@ -144,6 +185,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         else Fallback(runtime, accelerator.type, enabled=runtime.settings.fallback)
     )
     if _mode is None:
+        _watch_forks()
         new_mode = mode.DeviceMode(runtime, table, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 __all__ = [
-    "CallSite", "Position", "caller", "entry", "first_user", "is_internal", "past_overrides", "position_of",
-    "set_entry", "site_of", "user_frame",
+    "CallSite", "Position", "caller", "entry", "first_user", "is_internal", "past_overrides",
+    "position_of", "set_entry", "site_of", "user_frame",
 ]  # fmt: skip
 
 

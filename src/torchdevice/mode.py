@@ -10,6 +10,11 @@ Invariants (enforced by :func:`push` and :func:`remove`):
 The fast path is one dict lookup: a function missing from the table is called as is. On
 hosts with an accelerator it also sits in a ``try`` (free until something raises) whose
 ``except`` hands device-capability errors to :mod:`torchdevice.fallback`.
+
+Dynamo traces ``__torch_function__`` into every graph compiled under the mode. There the
+table is looked up by :func:`_traced_slot`, a constant function: read as a dict, the
+table would put one guard per function in it (a hundred or so) on every compiled
+call, which cost more than the model on a small compiled model on a GPU (issue 12).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
 
 from torchdevice import callsite
@@ -27,11 +33,32 @@ from torchdevice.fallback import (
     is_capability_error,
 )
 from torchdevice.intercepts import Handler
-from torchdevice.runtime import Runtime
+from torchdevice.runtime import Runtime, by_serial, constant_for_dynamo
 
 __all__ = ["DeviceMode", "is_on_stack", "push", "remove", "remove_all"]
 
 _EMPTY: Mapping[Callable[..., Any], Handler] = {}
+
+_is_tracing = torch.compiler.is_dynamo_compiling
+
+
+@constant_for_dynamo
+def _traced_slot(serial: int, live: bool, func: Callable[..., Any]) -> int:
+    """Where the handler of ``func`` sits in the handlers of the runtime numbered ``serial``
+    (-1: none), as dynamo sees it: run at trace time, its answer a constant.
+
+    Dynamo guards on ``serial`` and ``live`` (one guard each), not on the table's keys.
+    The runtime outlives its activations (``enable()`` with the same settings reuses it),
+    so compiled graphs survive ``disable()``/``enable()`` cycles; ``live`` turns false when
+    a mode retires, so a graph traced while it redirected is traced again once it passes
+    everything through. The answer is an index, not the handler: an object made at trace
+    time has no source dynamo can guard, while ``runtime.handlers[i]`` has.
+    """
+    if not live:
+        return -1
+    runtime = by_serial(serial)
+    handler = runtime.table.get(func)
+    return -1 if handler is None else runtime.handlers.index(handler)
 
 
 class DeviceMode(TorchFunctionMode):
@@ -44,9 +71,13 @@ class DeviceMode(TorchFunctionMode):
         fallback: Fallback | None = None,
     ) -> None:
         super().__init__()
+        if runtime.table is not table:  # compiled code reads the runtime's (_traced_slot)
+            runtime.use_table(table)
         self.runtime = runtime
         self.table = table
         self.fallback = fallback
+        #: False once retired: compiled graphs guard on it (see :func:`_traced_slot`).
+        self.live = True
 
     def __torch_function__(
         self,
@@ -55,7 +86,12 @@ class DeviceMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        handler = self.table.get(func)
+        if _is_tracing():  # dynamo: no guard per table key (see _traced_slot)
+            runtime = self.runtime
+            slot = _traced_slot(runtime.serial, self.live, func)
+            handler = None if slot < 0 else runtime.handlers[slot]
+        else:
+            handler = self.table.get(func)
         fallback = self.fallback
         if fallback is None:  # no accelerator: nothing to fall back from
             if handler is None:
@@ -91,6 +127,7 @@ class DeviceMode(TorchFunctionMode):
         it belongs to this activation, not to the next.
         """
         self.table = _EMPTY
+        self.live = False
         if self.fallback is not None:
             self.fallback.reset()
         self.fallback = None

@@ -166,6 +166,24 @@ def module_cpu(self: torch.nn.Module) -> torch.nn.Module:
     return _ORIGINAL_MODULE_CPU(self) if moved is None else moved
 
 
+_ORIGINAL_REBUILD = torch._utils._rebuild_tensor
+
+
+@functools.wraps(_ORIGINAL_REBUILD)
+def rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) -> torch.Tensor:
+    """``torch._utils._rebuild_tensor`` with no function mode: the tensor goes where its
+    storage already is.
+
+    Torch rebuilds unpickled tensors (``torch.load``, a ``DataLoader`` worker's batch in
+    shared memory) as ``torch.empty(device=<the storage's device>).set_(storage)``. On an
+    accelerator host a host storage's ``"cpu"`` would be redirected and ``set_`` would
+    refuse the storage ("the devices must match"). ``torch.load``'s own placement happens
+    before, through ``map_location`` (:func:`load`).
+    """
+    with torch._C.DisableTorchFunction():
+        return _ORIGINAL_REBUILD(storage, storage_offset, size, stride)  # type: ignore[no-untyped-call,no-any-return]
+
+
 _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
     (torch, "load", _ORIGINAL_LOAD, load),
     (torch.serialization, "load", _ORIGINAL_LOAD, load),
@@ -175,6 +193,7 @@ _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
     (torch, "range", _ORIGINAL_RANGE, range_),
     (torch.nn.Module, "cuda", _ORIGINAL_MODULE_CUDA, module_cuda),
     (torch.nn.Module, "cpu", _ORIGINAL_MODULE_CPU, module_cpu),
+    (torch._utils, "_rebuild_tensor", _ORIGINAL_REBUILD, rebuild_tensor),
 )
 
 

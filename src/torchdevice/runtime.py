@@ -13,10 +13,12 @@ builds no exception and is guarded on the activation and the CPU override only.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import operator
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -42,7 +44,7 @@ if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable
 
     from torchdevice.settings import Settings
 
-__all__ = ["Runtime", "active", "set_active"]
+__all__ = ["Runtime", "active", "by_serial", "constant_for_dynamo", "set_active"]
 
 _is_compiling = torch.compiler.is_compiling
 #: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
@@ -58,6 +60,11 @@ class Runtime:
     """One activation's state; shared by every thread the activation covers."""
 
     def __init__(self, host: Host, settings: Settings, recorder: Recorder | None = None) -> None:
+        #: This runtime's number in the process: traced code names the runtime by it
+        #: (:func:`by_serial`), since dynamo before torch 2.13 passes no object to a
+        #: constant function (``constant_for_dynamo``), only plain values.
+        self.serial = next(_serials)
+        _by_serial[self.serial] = self
         self.host = host
         self.settings = settings
         self.recorder = recorder if recorder is not None else Recorder()
@@ -68,6 +75,12 @@ class Runtime:
             extra.add(host.device_type)
         self._extra_types = frozenset(extra)
         self._lock = threading.Lock()
+        #: The function mode's table (function -> handler; ``intercepts.build_table``)
+        #: and its distinct handlers, set once by :meth:`use_table`: compiled code looks
+        #: handlers up here by index (``mode._traced_slot``), so a graph guards on this
+        #: runtime, which later activations with the same host and settings reuse.
+        self.table: Mapping[Callable[..., Any], Callable[..., Any]] = {}
+        self.handlers: tuple[Callable[..., Any], ...] = ()
         #: The decision cache, keyed by (type, request): :meth:`resolve` fills it; the
         #: factory hot path (``intercepts._apply``) reads it without a call. Replaced
         #: whole when the CPU override turns, never changed in place otherwise.
@@ -90,6 +103,11 @@ class Runtime:
             else self.default_device.type
         )  # fmt: skip
 
+    def use_table(self, table: Mapping[Callable[..., Any], Callable[..., Any]]) -> None:
+        """Make ``table`` the function mode's table for this runtime (see ``table``)."""
+        self.table = table
+        self.handlers = tuple(dict.fromkeys(table.values()))
+
     # -- decisions ---------------------------------------------------------------------
     @property
     def state(self) -> PolicyState:
@@ -102,6 +120,20 @@ class Runtime:
             if self._state.cpu_override != on:
                 self._state = PolicyState(cpu_override=on, keep_cpu=self._state.keep_cpu)
                 self.decisions = {}
+
+    def keep_host_requests(self, reason: str) -> None:
+        """From now on in this process, host requests stay on the CPU: device-less
+        factories and explicit ``"cpu"`` (``keep_cpu``).
+
+        For a fork child that must not touch the accelerator (a ``DataLoader`` worker of a
+        process that used it): natively its host tensors are CPU tensors, and placing them
+        on the accelerator would fail ("Cannot re-initialize CUDA in forked subprocess").
+        """
+        with self._lock:
+            self.default_device = None
+            self._state = PolicyState(cpu_override=self._state.cpu_override, keep_cpu=True)
+            self.decisions = {}
+        logger.info("host requests stay on the CPU in this process: %s", reason)
 
     def decide(self, request: object) -> Decision:
         """The policy's decision for ``request``, cached; applies the ``cpu:-1`` toggle."""
@@ -158,7 +190,7 @@ class Runtime:
         """:meth:`resolve` while dynamo traces: a constant the graph is specialised on.
 
         Dynamo runs :func:`_traced_resolution` eagerly at trace time instead of tracing
-        it, and guards only on what the answer depends on: this runtime (by identity), the
+        it, and guards only on what the answer depends on: this runtime (by its serial), the
         CPU override and the request. So nothing traced takes a lock, builds an exception
         or reads the caches (whose growth would fail the guards and recompile), and no
         eager warm-up is needed.
@@ -167,7 +199,7 @@ class Runtime:
             # An index that dynamo made dynamic (it changed between calls) becomes a
             # constant again, guarded by value: a device is never symbolic.
             request = operator.index(request)
-        flat = _traced_resolution(self, self._state.cpu_override, request)
+        flat = _traced_resolution(self.serial, self._state.cpu_override, request)
         device_spec, requested, action, reason, toggle, device, kind = flat
         decision = Decision(
             DeviceSpec(*device_spec), None if requested is None else DeviceSpec(*requested),
@@ -187,7 +219,7 @@ class Runtime:
         report as their device, and what ``torch.load`` restore locations understand.
         """
         if _is_tracing():
-            return _traced_device(self, spec.type, spec.index)
+            return _traced_device(self.serial, spec.type, spec.index)
         device = self._devices.get(spec)
         if device is None:
             # Built with function modes off: this may run while a mode (ours, of another
@@ -278,14 +310,16 @@ class Runtime:
         return self.recorder.report(f"{self.host.kind} host, {self.host.device_name()}")
 
 
-def _constant_for_dynamo(fn: _F) -> _F:
+def constant_for_dynamo(fn: _F) -> _F:
     """Mark ``fn`` as ``torch._dynamo.assume_constant_result`` does, without importing dynamo.
 
     Dynamo calls a marked function at trace time with its arguments as Python constants
-    (guarding on their sources; objects by identity) and puts the result in the graph as
-    a constant: the function itself is never traced. ``assume_constant_result`` sets only
-    this attribute, and importing ``torch._dynamo`` to call it would cost every
-    ``import torchdevice`` about a second.
+    (guarding on their sources) and puts the result in the graph as a constant: the
+    function itself is never traced. Pass plain values (numbers, strings, devices, torch
+    functions): torch 2.13 also passes objects, by identity, but earlier versions refuse
+    them ("... is not a constant"), hence :attr:`Runtime.serial`.
+    ``assume_constant_result`` sets only this attribute, and importing ``torch._dynamo`` to
+    call it would cost every ``import torchdevice`` about a second.
     """
     fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
     return fn
@@ -299,8 +333,8 @@ _Flat = tuple[
 ]  # fmt: skip
 
 
-@_constant_for_dynamo
-def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) -> _Flat:
+@constant_for_dynamo
+def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Flat:
     """The resolution of ``request`` as dynamo sees it: computed eagerly, at trace time.
 
     ``cpu_override`` is unused here but passed so that dynamo guards on it: the compiled
@@ -308,6 +342,7 @@ def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) ->
     not applied here; :meth:`Runtime._resolve_traced` applies it outside the graph.
     """
     del cpu_override
+    runtime = by_serial(serial)
     key = (type(request), request)
     try:
         resolved = runtime.decisions.get(key)
@@ -323,14 +358,14 @@ def _traced_resolution(runtime: Runtime, cpu_override: bool, request: object) ->
     )  # fmt: skip
 
 
-@_constant_for_dynamo
-def _traced_device(runtime: Runtime, device_type: str, index: int | None) -> torch.device:
+@constant_for_dynamo
+def _traced_device(serial: int, device_type: str, index: int | None) -> torch.device:
     """:meth:`Runtime.torch_device` as dynamo sees it: a constant, computed eagerly.
 
     The spec travels as its fields: dynamo passes plain constants, not objects it made
     from an earlier constant result.
     """
-    return runtime.torch_device(DeviceSpec(device_type, index))
+    return by_serial(serial).torch_device(DeviceSpec(device_type, index))
 
 
 def _graph_break(reason: str) -> None:
@@ -352,6 +387,13 @@ _TOGGLE_IN_GRAPH = (
 #: the wrappers, facades and observers read it through :func:`active` at call time, so
 #: there is one slot, not a copy per installer.
 _active: Runtime | None = None
+_serials = itertools.count(1)
+_by_serial: weakref.WeakValueDictionary[int, Runtime] = weakref.WeakValueDictionary()
+
+
+def by_serial(serial: int) -> Runtime:
+    """The runtime numbered ``serial`` (alive: a graph traced with it holds its mode)."""
+    return _by_serial[serial]
 
 
 def active() -> Runtime | None:

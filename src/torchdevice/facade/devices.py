@@ -243,8 +243,8 @@ def default_generators() -> tuple[torch.Generator, ...]:
 
 
 def manual_seed(seed: int) -> None:
-    """Seed the real device's default generator."""
-    generator().manual_seed(int(seed))
+    """Seed the real device's default generator (lazily on CUDA, as ``torch.cuda`` does)."""
+    real_device.current().manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
@@ -253,8 +253,8 @@ def manual_seed_all(seed: int) -> None:
 
 
 def seed() -> None:
-    """Seed the real device's generator non-deterministically."""
-    generator().seed()
+    """Seed the real device's generator non-deterministically (lazily on CUDA)."""
+    real_device.current().seed()
 
 
 def seed_all() -> None:

@@ -95,6 +95,15 @@ def seed() -> None:
     devices.seed()
 
 
+def _is_in_bad_fork() -> bool:
+    """Whether this fork child must not touch the real device.
+
+    ``torch.manual_seed`` asks before seeding "mps": a ``DataLoader`` worker forked from a
+    process that used CUDA must not initialize CUDA to seed it.
+    """
+    return real_device.current().in_bad_fork()
+
+
 def _get_default_mps_generator() -> torch.Generator:
     """The generator "mps" tensors really draw from."""
     return devices.generator()
@@ -180,7 +189,7 @@ def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
         "is_available", "device_count", "synchronize", "get_rng_state", "set_rng_state",
         "manual_seed", "seed", "empty_cache", "set_per_process_memory_fraction",
         "current_allocated_memory", "driver_allocated_memory", "recommended_max_memory",
-        "_get_default_mps_generator",
+        "_get_default_mps_generator", "_is_in_bad_fork",
     )  # fmt: skip
     namespace: dict[str, Any] = {name: globals()[name] for name in names}
     namespace.update(

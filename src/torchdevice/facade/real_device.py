@@ -76,6 +76,18 @@ class RealDevice(ABC):
     def generator(self) -> torch.Generator:
         """The device's default random generator."""
 
+    def manual_seed(self, seed: int) -> None:
+        """Seed the device's default generator."""
+        self.generator().manual_seed(seed)
+
+    def seed(self) -> None:
+        """Seed the device's default generator non-deterministically."""
+        self.generator().seed()
+
+    def in_bad_fork(self) -> bool:
+        """Whether this process is a fork child that must not touch the device."""
+        return False
+
     @abstractmethod
     def allocated_bytes(self) -> int:
         """Bytes of memory handed out for live allocations right now."""
@@ -234,6 +246,23 @@ class CudaDevice(RealDevice):
     def generator(self) -> torch.Generator:
         """The current CUDA device's default generator."""
         return REAL_CUDA.default_generators[REAL_CUDA.current_device()]  # type: ignore[no-any-return]
+
+    def manual_seed(self, seed: int) -> None:
+        """``torch.cuda.manual_seed``: queued until CUDA initializes, as natively.
+
+        Reading the generator would initialize CUDA, which a forked child of a process
+        that used CUDA (a ``DataLoader`` worker seeding itself through
+        ``torch.manual_seed``) must never do.
+        """
+        REAL_CUDA.manual_seed(seed)
+
+    def seed(self) -> None:
+        """``torch.cuda.seed``: queued until CUDA initializes, as natively."""
+        REAL_CUDA.seed()
+
+    def in_bad_fork(self) -> bool:
+        """``torch.cuda._is_in_bad_fork()``: forked after CUDA was initialized."""
+        return bool(REAL_CUDA._is_in_bad_fork())
 
     def allocated_bytes(self) -> int:
         """``torch.cuda.memory_allocated()``."""
