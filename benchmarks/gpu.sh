@@ -16,7 +16,6 @@ PYTHON="${PYTHON:-python}"
 BUDGET_S="${BUDGET_S:-420}"
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 2
-export TORCHDEVICE_LOG_LEVEL="${TORCHDEVICE_LOG_LEVEL:-error}"
 start=$SECONDS
 results=()
 

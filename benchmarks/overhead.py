@@ -48,6 +48,8 @@ TINY_OP_TOLERANCE = 1.10
 FACTORY_LIMIT = 2.5
 MLP_LIMIT = 1.03
 FALLBACK_LIMIT = 1.01
+#: The do-nothing mode on the factory call with a device argument (CPU hosts).
+NOOP_WITH_DEVICE = "Noop mode zeros(4, device='cpu')"
 #: The factory variant, on a CUDA host only, whose request torchdevice moves (MPS -> CUDA).
 MPS_ON_CUDA = "torchdevice zeros(4, device='mps')"
 
@@ -201,6 +203,8 @@ def build_cases(quick: bool) -> list[Case]:
         _noop_variant(native_name.replace("native", "Noop mode"), native_zeros),
         _torchdevice_variant("torchdevice zeros(4) (no device)", _zeros_loop(None, on_gpu)),
     ]
+    if not on_gpu:  # the floor of a mode that passes a device on: the same call with device=
+        factory_variants.append(_noop_variant(NOOP_WITH_DEVICE, _zeros_loop("cpu", on_gpu)))
     if on_gpu:  # a request torchdevice really moves here: MPS-first code on a CUDA host
         factory_variants.append(
             _torchdevice_variant(MPS_ON_CUDA, _zeros_loop("mps", on_gpu)),
@@ -378,6 +382,27 @@ def targets() -> list[Target]:
             redirected_name,
             native_name.replace("native", "Noop mode"),
             None,
+        ),
+        *(
+            [
+                Target(
+                    "Noop-mode zeros(4, device='cpu') / native factory (the floor of any mode "
+                    "that passes a device argument on)",
+                    "factory",
+                    NOOP_WITH_DEVICE,
+                    native_name,
+                    None,
+                ),
+                Target(
+                    "redirected factory / Noop-mode zeros(4, device='cpu') (torchdevice's part)",
+                    "factory",
+                    redirected_name,
+                    NOOP_WITH_DEVICE,
+                    None,
+                ),
+            ]
+            if not torch.cuda.is_available()
+            else []
         ),
         Target(
             "pass-through factory: torchdevice zeros(4) / Noop-mode zeros(4)",

@@ -294,8 +294,10 @@ def _environment(redirected: bool) -> dict[str, str]:
         if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
     }
     if redirected:
+        # Enabled as a user enables a script, every setting at its default: no
+        # TORCHDEVICE_LOG_LEVEL (redirects log at INFO, which nothing shows unless the
+        # script configures logging), so nothing is validated and pydantic stays unloaded.
         env["ACTIVATE_TORCH_DEVICE"] = "1"
-        env["TORCHDEVICE_LOG_LEVEL"] = env.get("TORCHDEVICE_LOG_LEVEL", "error")
     return env
 
 

@@ -1,22 +1,26 @@
-"""Settings: one pydantic model, filled from arguments, then the environment, then defaults.
+"""Settings: filled from arguments, then the environment, then defaults; pydantic validates.
 
-Precedence is argument > environment > default. Every value is validated where it enters,
-and an invalid one raises :class:`~torchdevice.errors.SettingsError` naming its source
-(``invalid TORCHDEVICE_LOG_LEVEL='LOUD' from the environment``), as pytest-timeout does.
+Precedence is argument > environment > default. Every value given is validated where it
+enters (a pydantic model, :mod:`torchdevice.settings_model`), and an invalid one raises
+:class:`~torchdevice.errors.SettingsError` naming its source (``invalid
+TORCHDEVICE_LOG_LEVEL='LOUD' from the environment``), as pytest-timeout does.
+
+:class:`Settings` itself is a frozen dataclass: an activation with every setting at its
+default validates nothing, so it never imports pydantic, whose import and model build
+would add about 6 MiB to every redirected process (issue 12: peak memory).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from torchdevice.environment import ENV_VARS, activation_requested
 from torchdevice.errors import SettingsError
-from torchdevice.host import Host, forced_host
+from torchdevice.host import Host
 
 __all__ = [
     "ENV_VARS", "LogLevel", "Options", "Settings", "activation_requested", "load_settings",
@@ -41,60 +45,42 @@ class Options(TypedDict, total=False):
     cuda_available: bool
 
 
-class Settings(BaseModel):
-    """Everything an activation can be configured with.
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything an activation can be configured with (validated by
+    :class:`~torchdevice.settings_model.SettingsModel`, which describes each field).
 
     ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``) or takes a
     :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    log_level: LogLevel | None = None
+    """Level of the 'torchdevice' logger (redirects log at INFO); unset, the application's logging
+    configuration decides, as for any library.
+    """
+    keep_cpu: bool = False
+    """Explicit 'cpu' requests stay on the CPU."""
+    cpu_override: bool = False
+    """Start with the 'cpu:-1' override on."""
+    host: Host | Literal["cpu", "mps", "cuda"] | None = None
+    """Use this host instead of the probed one; only a kind the machine has (the CPU always; tests
+    inject simulated hosts as Host objects).
+    """
+    report_path: Path | None = None
+    """Where the launcher writes the migration report (JSON if .json)."""
+    fallback: bool = True
+    """Rerun on the CPU the ops the accelerator cannot run."""
+    cuda_available: bool = True
+    """What the facades' availability queries answer while redirecting:
+    torch.cuda.is_available()/device_count() off CUDA hosts, and
+    torch.backends.mps.is_available()/is_built() and torch.mps.device_count() off MPS hosts.
+    Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA answers true; set it
+    false to make them take their CPU/MPS paths instead.
+    """
 
-    log_level: LogLevel | None = Field(
-        None,
-        description="Level of the 'torchdevice' logger (redirects log at INFO); unset, the "
-        "application's logging configuration decides, as for any library.",
-    )
-    keep_cpu: bool = Field(False, description="Explicit 'cpu' requests stay on the CPU.")
-    cpu_override: bool = Field(False, description="Start with the 'cpu:-1' override on.")
-    host: Host | Literal["cpu", "mps", "cuda"] | None = Field(
-        None,
-        description="Use this host instead of the probed one; only a kind the machine has "
-        "(the CPU always; tests inject simulated hosts as Host objects).",
-    )
-    report_path: Path | None = Field(
-        None, description="Where the launcher writes the migration report (JSON if .json)."
-    )
-    fallback: bool = Field(True, description="Rerun on the CPU the ops the accelerator cannot run.")
-    cuda_available: bool = Field(
-        True,
-        description="What the facades' availability queries answer while redirecting: "
-        "torch.cuda.is_available()/device_count() off CUDA hosts, and "
-        "torch.backends.mps.is_available()/is_built() and torch.mps.device_count() off MPS "
-        "hosts. Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA "
-        "answers true; set it false to make them take their CPU/MPS paths instead.",
-    )
 
-    @field_validator("host")
-    @classmethod
-    def _machine_has_it(cls, value: object) -> object:
-        """A forced host kind the machine cannot be is refused where it is given."""
-        if value in ("cpu", "mps", "cuda"):
-            forced_host(value)  # raises ValueError naming what the machine has
-        return value
-
-    @field_validator("host", mode="before")
-    @classmethod
-    def _a_known_kind(cls, value: object) -> object:
-        """A host named by a string must be a host kind (the message lists them)."""
-        if isinstance(value, str) and value not in ("cpu", "mps", "cuda"):
-            raise ValueError("expected 'cpu', 'mps' or 'cuda'")
-        return value
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _upper(cls, value: object) -> object:
-        return value.upper() if isinstance(value, str) else value
+#: The option names, in declaration order.
+FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(Settings))
 
 
 def load_settings(
@@ -110,16 +96,28 @@ def load_settings(
             values[name] = raw
             sources[name] = f"{variable}={raw!r} from the environment"
     for name, value in (options or {}).items():
-        if name not in Settings.model_fields:
-            known = ", ".join(sorted(Settings.model_fields))
+        if name not in FIELDS:
+            known = ", ".join(sorted(FIELDS))
             raise TypeError(f"unknown torchdevice option {name!r}; known options: {known}")
         values[name] = value
         sources[name] = f"{name}={value!r} passed as an argument"
+    if not values:  # every default: nothing to validate
+        return Settings()
+    from torchdevice.settings_model import validate  # noqa: PLC0415 - pydantic on demand
+
     try:
-        return Settings(**values)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        name = str(error["loc"][0]) if error["loc"] else "?"
+        return Settings(**validate(values))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        name, message = _first_error(exc)
         where = sources.get(name, f"{name}")
-        message = str(error["msg"]).removeprefix("Value error, ")
         raise SettingsError(f"invalid {where}: {message}") from None
+
+
+def _first_error(exc: ValueError) -> tuple[str, str]:
+    """The field and message of a validation error's first complaint."""
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        raise exc
+    error = errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else "?"
+    return name, str(error["msg"]).removeprefix("Value error, ")
