@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 import torch._dynamo
-from overhead import Case, Noop, Variant, _quantiles, measure, ratio
+from overhead import Case, Noop, Variant, _quantiles, measure, pick_device, ratio
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -120,15 +120,6 @@ def _compiled(
 
 
 Forward = Callable[[], object]
-
-
-def pick_device(requested: str) -> str:
-    """``--device``: ``auto`` is ``cuda`` where torch sees a CUDA GPU, else ``cpu``."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this host")
-    return requested
 
 
 def build_variants(

@@ -169,6 +169,15 @@ class Case:
     calls: int = 0
 
 
+def pick_device(requested: str) -> str:
+    """``--device``: ``auto`` is ``cuda`` where torch sees a CUDA GPU, else ``cpu``."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this host")
+    return requested
+
+
 def _redirect_request() -> tuple[str, str | None]:
     """The CUDA request of CUDA-first code, and the native call landing where it lands.
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 from _gpt import trainer
-from overhead import Noop, environment
+from overhead import Noop, environment, pick_device
 from torch.utils.data import DataLoader, Dataset
 
 import torchdevice
@@ -424,15 +424,6 @@ WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
     "ddp": lambda q, r, d: ddp(q, r or (1 if q else 3), d),
     "memory": lambda q, r, d: memory(q, r or (1 if q else 3), d),
 }
-
-
-def pick_device(requested: str) -> str:
-    """``--device``: ``auto`` is ``cuda`` where torch sees a CUDA GPU, else ``cpu``."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this host")
-    return requested
 
 
 def markdown(summaries: dict[str, dict[str, Any]]) -> str:
