@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 __all__ = [
-    "CallSite", "Position", "caller", "entry", "first_user", "is_internal", "past_overrides",
+    "CallSite", "Position", "caller", "first_user", "is_internal", "past_overrides",
     "position_of", "set_entry", "site_of", "user_frame",
 ]  # fmt: skip
 
@@ -115,11 +115,6 @@ def set_entry(code: CodeType) -> None:
     _entry[:] = [code]
 
 
-def entry() -> CodeType | None:
-    """The code :func:`set_entry` named (``None`` before :mod:`torchdevice.mode` loads)."""
-    return _entry[0] if _entry else None
-
-
 def caller(entry_depth: int) -> FrameType | None:
     """The user frame that made the torch call a handler is serving.
 
@@ -135,7 +130,10 @@ def caller(entry_depth: int) -> FrameType | None:
         frame = None
     if frame is None or not _entry or frame.f_code is not _entry[0]:
         return first_user(sys._getframe(1))
-    return first_user(frame.f_back)
+    frame = frame.f_back
+    if frame is not None and internal_cache.get(id(frame.f_code)) is False:
+        return frame  # user code called torch directly: the common case, no walk
+    return first_user(frame)
 
 
 #: Where a call's expression lies in its file: line, end line, column, end column (columns

@@ -45,7 +45,6 @@ from torchdevice.transfers import (
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
 _is_compiling = torch.compiler.is_compiling
-_getframe = sys._getframe
 
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
@@ -70,11 +69,10 @@ def _apply(
 
     Inlined because every factory with a ``device=`` pays for it: outside dynamo, one
     compile check, one lookup in the runtime's decision cache, and a count at the user's
-    line (``Recorder.hit``) found through the frames this path is known to run in
-    (``_apply`` <- handler <- the mode's ``__torch_function__`` <- the caller); the
-    reporting rule stays the runtime's (``Runtime.applied``). Returns the device and what
-    the request stands for (:mod:`torchdevice.transfers`); ``None`` for that while dynamo
-    traces: marks are for eager tensors.
+    line (``Recorder.hit``, ``callsite.caller``); the reporting rule stays the runtime's
+    (``Runtime.applied``). Returns the device and what the request stands for
+    (:mod:`torchdevice.transfers`); ``None`` for that while dynamo traces: marks are for
+    eager tensors.
     """
     if _is_compiling():
         return rt.resolve(request)[1], None
@@ -85,15 +83,8 @@ def _apply(
     if resolved is None:
         resolved = rt.resolve(request)
     decision, device, kind, wanted = resolved
-    if kind is not None:
-        mode_frame = _getframe(2)
-        if mode_frame.f_code is callsite.entry():
-            frame = mode_frame.f_back
-            if frame is not None and callsite.internal_cache.get(id(frame.f_code)) is not False:
-                frame = callsite.first_user(frame)
-        else:  # reached another way: the full walk
-            frame = callsite.caller(2)
-        rt.recorder.hit(frame, func, decision, kind)
+    if kind is not None:  # _apply <- handler <- the mode's __torch_function__ <- caller
+        rt.recorder.hit(callsite.caller(2), func, decision, kind)
     if type(request) is torch.device:  # a remembered device object knows its standing
         wanted = requested(request, wanted)
     return device, wanted
