@@ -152,4 +152,26 @@ def test_a_fork_child_that_cannot_use_the_accelerator_keeps_host_tensors_on_the_
     assert _placements() == [NAME, NAME, NAME]  # the parent is unchanged
 
 
+def _compiled_placement() -> str:
+    return _host_zeros().device.type
+
+
+def _zeros_on_the_host() -> torch.Tensor:
+    return torch.zeros(1, device="cpu")
+
+
+_host_zeros = torch.compile(_zeros_on_the_host, backend="eager", fullgraph=True)
+
+
+def test_graphs_compiled_before_the_fork_are_traced_again_in_such_a_child(accelerator, monkeypatch):
+    """The child's decisions differ from those its parent's graphs were traced with."""
+    import multiprocessing
+
+    assert _compiled_placement() == NAME  # traced here: "cpu" goes to the accelerator
+    monkeypatch.setattr(torch.get_device_module(NAME), "_is_in_bad_fork", lambda: True)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_compiled_placement) == "cpu"
+    assert _compiled_placement() == NAME
+
+
 mirror_in_parent(globals())

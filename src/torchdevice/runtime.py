@@ -133,6 +133,10 @@ class Runtime:
             self.default_device = None
             self._state = PolicyState(cpu_override=self._state.cpu_override, keep_cpu=True)
             self.decisions = {}
+            # A new number: graphs compiled before the fork guard on the old one, and their
+            # device decisions are not this process's any more.
+            self.serial = next(_serials)
+            _by_serial[self.serial] = self
         logger.info("host requests stay on the CPU in this process: %s", reason)
 
     def decide(self, request: object) -> Decision:
