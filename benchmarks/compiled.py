@@ -59,7 +59,18 @@ from typing import Any
 
 import torch
 import torch._dynamo
-from overhead import Case, Noop, Variant, _quantiles, measure, pick_device, ratio
+from overhead import (
+    Case,
+    Noop,
+    Variant,
+    _quantiles,
+    add_device_option,
+    measure,
+    no_sync,
+    pick_device,
+    ratio,
+    synchronizer,
+)
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -87,14 +98,10 @@ def mlp(device: str, width: int = WIDTH) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def _no_sync() -> None:
-    pass
-
-
 def _forward_loop(
     model: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
-    sync: Callable[[], None] = _no_sync,
+    sync: Callable[[], None] = no_sync,
 ) -> Any:
     """``n`` forwards, then ``sync`` (``torch.cuda.synchronize`` on CUDA: the block's work done)."""
 
@@ -132,7 +139,7 @@ def build_variants(
     counting mode entries.
     """
     width, batch = SIZES[size]
-    sync = torch.cuda.synchronize if device == "cuda" else _no_sync
+    sync = synchronizer(device)
     info: dict[str, tuple[float, str]] = {}
 
     started = time.perf_counter()
@@ -217,12 +224,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (one report, wr
     parser.add_argument("--rounds", type=int, help="rounds (default 31 quick, 101 full)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target fails")
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="native side's device (auto: cuda if available)",
-    )
+    add_device_option(parser)
     parser.add_argument(
         "--mode",
         choices=["default", "reduce-overhead"],

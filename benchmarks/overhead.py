@@ -169,6 +169,25 @@ class Case:
     calls: int = 0
 
 
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """``--device``, shared by the scripts that measure either host (see :func:`pick_device`)."""
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="native side's device (auto: cuda if available)",
+    )
+
+
+def no_sync() -> None:
+    """Nothing to wait for: CPU work is done when the call returns."""
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    """What ends a timed block: ``torch.cuda.synchronize`` on CUDA (the GPU's work done)."""
+    return torch.cuda.synchronize if device == "cuda" else no_sync
+
+
 def pick_device(requested: str) -> str:
     """``--device``: ``auto`` is ``cuda`` where torch sees a CUDA GPU, else ``cpu``."""
     if requested == "auto":

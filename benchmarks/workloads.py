@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 from _gpt import trainer
-from overhead import Noop, environment, pick_device
+from overhead import Noop, add_device_option, environment, no_sync, pick_device, synchronizer
 from torch.utils.data import DataLoader, Dataset
 
 import torchdevice
@@ -102,22 +102,13 @@ class Skipped(Exception):
     """A workload this host cannot run; the message says why."""
 
 
-def _no_sync() -> None:
-    pass
-
-
-def _sync(device: str) -> Callable[[], None]:
-    """What ends a timed block: ``torch.cuda.synchronize`` on CUDA (the GPU's work done)."""
-    return torch.cuda.synchronize if device == "cuda" else _no_sync
-
-
 def alternate(
     result: Result,
     native: Callable[[int], None],
     redirected: Callable[[int], None],
     units: int,
     rounds: int,
-    sync: Callable[[], None] = _no_sync,
+    sync: Callable[[], None] = no_sync,
 ) -> Result:
     """Rounds of three blocks, order rotated each round: seconds per unit of each side.
 
@@ -178,7 +169,9 @@ def training(quick: bool, rounds: int, device: str) -> list[Result]:
 
     result = Result("training loop, eager", "steps/s", 1.02)
     units = 5 if quick else 10
-    alternate(result, loop(native_step, 0), loop(redirected_step, 1), units, rounds, _sync(device))
+    alternate(
+        result, loop(native_step, 0), loop(redirected_step, 1), units, rounds, synchronizer(device)
+    )
     return [result]
 
 
@@ -225,7 +218,7 @@ def generate(quick: bool, rounds: int, device: str) -> list[Result]:
         redirected,
         2 if quick else 4,
         rounds,
-        _sync(device),
+        synchronizer(device),
     )
     same = torch.equal(outputs["native"].cpu(), outputs["redirected"].cpu())
     if device == "cpu" and not same:
@@ -277,7 +270,7 @@ def dataloader(quick: bool, rounds: int, device: str) -> list[Result]:
         epochs("cuda"),
         1,
         rounds,
-        _sync(device),
+        synchronizer(device),
     )
     result.native = [s / batches for s in result.native]
     result.redirected = [s / batches for s in result.redirected]
@@ -449,12 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="run only these")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target fails")
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="native side's device (auto: cuda if available)",
-    )
+    add_device_option(parser)
     args = parser.parse_args(argv)
     device = pick_device(args.device)
 
