@@ -391,7 +391,11 @@ if not IN_CHILD:
     def test_the_mode_catches_exactly_the_classes_of_the_table():
         assert (NotImplementedError, RuntimeError, TypeError) == CAPABILITY_ERROR_TYPES
 
-    @pytest.mark.parametrize("func", sorted(NEVER_RERUN, key=repr), ids=repr)
+    @pytest.mark.parametrize(
+        "func",
+        sorted(NEVER_RERUN, key=lambda f: f.__qualname__),
+        ids=lambda f: f"{f.__module__}.{f.__qualname__}",
+    )
     def test_autograd_entry_points_are_never_rerun(func):
         """Their tensors are graph nodes: CPU copies have no graph to run backward on."""
         torchdevice.enable(host="cpu")
