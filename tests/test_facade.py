@@ -433,3 +433,24 @@ def test_device_module_calls_are_rows_of_the_report_at_the_users_line():
         (3, "torch.cuda.default_stream", 1),
         (7, "torch.cuda.memory_allocated", 1),
     ]
+
+
+@pytest.mark.parametrize("cuda_available", [True, False])
+def test_rng_state_all_round_trips_like_torchs(cuda_available):
+    """torch's forms: one state per counted device, and ``[]`` restores nothing.
+
+    Lightning's ``isolate_rng`` reads ``get_rng_state_all()`` (or ``[]`` with CUDA hidden)
+    and hands it back to ``set_rng_state_all``: an empty list must not raise.
+    """
+    torchdevice.enable(cuda_available=cuda_available)
+    states = torch.cuda.get_rng_state_all()
+    assert len(states) == torch.cuda.device_count() == (1 if cuda_available else 0)
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.cuda.set_rng_state_all([])  # nothing to restore: the generator is left alone
+    assert not torch.equal(torch.rand(3), expected)
+    torch.manual_seed(7)
+    saved = [torch.default_generator.get_state()]
+    torch.rand(3)
+    torch.cuda.set_rng_state_all(saved)
+    assert torch.equal(torch.rand(3), expected)

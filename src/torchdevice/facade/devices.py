@@ -280,10 +280,15 @@ def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    """One state per device: one device."""
-    return [get_rng_state()]
+    """One state per device, as torch's: ``[]`` when the facade hides the device."""
+    return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(new_states: Any) -> None:
-    """Restore the states of every device: the first is the only one."""
-    set_rng_state(next(iter(new_states)))
+    """Restore the states of every device, as torch's: state ``i`` to device ``i``.
+
+    An empty list restores nothing (Lightning's ``isolate_rng`` passes the ``[]`` it read
+    with CUDA hidden); a state for an index past the count raises as that index does.
+    """
+    for index, state in enumerate(new_states):
+        set_rng_state(state, index)
