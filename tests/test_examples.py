@@ -161,10 +161,10 @@ def test_accelerator_picks_the_redirected_device(cuda_available):
     assert facts["num_processes"] == 1
     assert facts["backend"] is None
     if CUDA_LANDS_ON == "cpu":
-        # The facades answer yes to both, so Accelerate takes its first branch (MPS),
-        # which torchdevice redirects; with cuda_available=False both answer no.
+        # CUDA code hears what a CUDA machine says: CUDA yes, MPS no, so Accelerate takes
+        # its CUDA branch, which torchdevice redirects; cuda_available=False hides both.
         assert facts["cuda_available"] is cuda_available
-        assert facts["mps_available"] is cuda_available
+        assert facts["mps_available"] is False
 
 
 @needs_accelerate

@@ -200,7 +200,7 @@ def test_cuda_host_mps_facade_answers_from_torch_cuda(monkeypatch):
     monkeypatch.setattr(cuda, "get_device_properties", lambda device=None: Props)
     torchdevice.enable(host=Host.cuda(1, ("NVIDIA H100",)))
     assert torch.cuda is cuda
-    assert torch.backends.mps.is_available()
+    assert run_program(MPS_FIRST)["device"] == "mps"
     torch.mps.synchronize()
     torch.mps.empty_cache()
     assert calls == ["synchronize", "empty_cache"]
@@ -258,3 +258,69 @@ def test_a_registered_backend_answers_through_its_device_module(monkeypatch):
     assert device.allocated_bytes() == 123
     assert device.reserved_bytes() > 0  # no memory_reserved(): the host's heap
     assert device.new_native_event(enable_timing=True) is None  # host clock
+
+
+# -- which programs find MPS: the machine each is written for ---------------------------------
+MPS_FIRST = """\
+import torch
+available = torch.backends.mps.is_available() and torch.backends.mps.is_built()
+device = "mps" if available else "cpu"
+"""
+CUDA_FIRST_PREFERRING_MPS = """\
+import torch
+if torch.backends.mps.is_available():
+    device = "mps"
+elif torch.cuda.is_available():
+    device = "cuda"
+else:
+    device = "cpu"
+"""
+
+
+def run_program(source: str) -> dict[str, object]:
+    """Run ``source`` as a program's body (a module of its own), return its globals."""
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(source, "program.py", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("host", [None, Host.cuda(1)], ids=["cpu-host", "cuda-host"])
+def test_cuda_code_hears_no_mps_and_mps_code_finds_it(host):
+    """A CUDA machine says "no MPS"; MPS code, which names no CUDA, finds it.
+
+    Decided once per activation (one story, whoever asks next): after CUDA code asked,
+    MPS-only code hears "no" too, and the reverse.
+    """
+    torchdevice.enable(host=host)
+    # On the injected CUDA host the CPU build's real torch.cuda says no: the CPU branch.
+    assert run_program(CUDA_FIRST_PREFERRING_MPS)["device"] == ("cuda" if host is None else "cpu")
+    assert torch.backends.mps.is_available() is False
+    assert torch.backends.mps.is_built() is False
+    assert torch.mps.is_available() is False
+    assert run_program(MPS_FIRST)["device"] == "cpu"  # the story is kept
+    torchdevice.disable()
+    torchdevice.enable(host=host)
+    assert run_program(MPS_FIRST)["device"] == "mps"
+    assert run_program(CUDA_FIRST_PREFERRING_MPS)["device"] == "mps"
+
+
+def test_a_library_helper_is_read_with_the_function_that_weighs_it():
+    """Accelerate asks through ``is_mps_available()``, a helper that names no CUDA, from
+    ``default_device``, which does: the program is CUDA code."""
+    helper = run_program(
+        "import torch\n"
+        "def is_mps_available():\n"
+        "    return torch.backends.mps.is_available() and torch.backends.mps.is_built()\n"
+    )["is_mps_available"]
+    program = run_program(
+        "import torch\n"
+        "def default_device(is_mps_available):\n"
+        "    if is_mps_available():\n"
+        "        return torch.device('mps')\n"
+        "    if torch.cuda.is_available():\n"
+        "        return torch.device('cuda')\n"
+        "    return torch.device('cpu')\n"
+    )
+    torchdevice.enable()
+    assert program["default_device"](helper).type != "mps"
+    assert torch.cuda.is_available()
