@@ -36,29 +36,30 @@ Registration is process-global and permanent: PyTorch can rename PrivateUse1 onc
 and has no way to undo it, so there is no ``unregister()``. :func:`register` is idempotent; run
 tests that must not see the backend in a separate process.
 
-How memory works: a tensor's storage is a ``torch.UntypedStorage`` on the simulated device whose
-data pointer is the data pointer of a CPU storage; the CPU storage is kept alive as an attribute
-of the device storage's Python object, which PyTorch preserves for as long as the storage lives
-(so the CPU memory is freed exactly when the last tensor using it goes). Geometry (sizes,
-strides, offset) lives in the device tensor itself, so ``stride()``, ``is_contiguous()``,
-``_base`` and ``data_ptr()`` answer as on a real device.
+How memory works: the device has a C++ half (``csrc/simulated.cpp``, built on first use and
+cached by :mod:`torchdevice.testing.native`) that gives PyTorch what it asks any device for:
+an allocator (device memory is CPU memory), a device guard (one device; streams are labels,
+events host-clock timestamps), a generator type, a pinned-memory allocator and the
+PrivateUse1 hooks. So ``torch.UntypedStorage(n, device=name)``, ``copy.deepcopy``,
+``torch.save``/``torch.load`` with any ``map_location``, ``pickle``, ``pin_memory()``,
+``UntypedStorage.resize_`` and ``torch.Generator(device=name)`` go through PyTorch's own code
+paths, as they do for MPS. A kernel's CPU result becomes a device tensor without a copy: the
+C++ half *adopts* its storage (the device storage holds a reference to the CPU one, and is
+freed with the last tensor using it). Geometry (sizes, strides, offset) lives in the device
+tensor itself, so ``stride()``, ``is_contiguous()``, ``_base`` and ``data_ptr()`` answer as on
+a real device.
 
-Limits (each one PyTorch's, for a backend written in Python):
+Limits:
 
-* one device, ``<name>:0``; kernels run synchronously on the CPU, one Python call per op;
-* no ``torch.Generator(device=name)`` (device generators come from C++ hooks): random ops draw
-  from ``torch.<name>.default_generator``, seeded by ``torch.manual_seed``, and refuse a CPU
-  generator as CUDA and MPS do;
-* no allocator: ``torch.UntypedStorage(n, device=name)`` crashes PyTorch 2.13 (segmentation
-  fault), so ``storage.to(name)`` and ``torch.load(map_location=name)`` are refused with an
-  error instead; load to the CPU and move tensors with ``.to(name)``;
-* ``pin_memory=True`` fails once the backend is registered (PyTorch asks the accelerator for
-  a pinned allocator, and it has none);
+* one device, ``<name>:0``; kernels run synchronously on the CPU, one Python call per op, so
+  timing means nothing;
+* random ops draw from the device's generators (``torch.<name>.default_generator``, seeded
+  by ``torch.manual_seed``, or ``torch.Generator(device=name)``); each holds the CPU's
+  Mersenne Twister state, so a device stream equals the CPU stream with the same seed (MPS's
+  Philox gives other numbers). A CPU generator is refused, as CUDA and MPS refuse it;
 * autocast is accepted and casts nothing; ``torch.compile`` works with ``backend="eager"``
   (dynamo's fake tensors carry the device), not with inductor, which has no code generator
-  for the device;
-* ``resize_`` that needs more memory moves only the tensor resized to a new allocation;
-  views of its old storage keep the old one (a C++ backend grows the storage in place).
+  for the device.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
+from torchdevice.testing import native
 from torchdevice.testing.mps_ops import (
     MPS_DTYPES,
     mps_kernels,
@@ -161,8 +163,6 @@ _LEFT_OUT: Final = {
 
 _CPU: Final = torch.device("cpu")
 _CPU_KEYS: Final = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-#: Attribute of a device storage's Python object holding the CPU storage that owns its memory.
-_HOST_STORAGE: Final = "_torchdevice_host_storage"
 
 
 class _State(NamedTuple):
@@ -224,6 +224,7 @@ def register(name: str = DEFAULT_NAME) -> str:
             )
         for operator in supported_ops():  # fail before the permanent rename
             _overload(operator)
+        native.load()  # the allocator, guard and hooks: a build error leaves torch untouched
         module = _DeviceModule(name)
         rename_privateuse1_backend(name)
         try:
@@ -237,11 +238,8 @@ def register(name: str = DEFAULT_NAME) -> str:
 def _install(name: str, module: _DeviceModule) -> _State:
     """Everything after the rename: device module, hooks, guard, kernels."""
     device = torch.device(name, 0)
-    # Not for storages: ``storage.<name>()`` would allocate through the missing C++ allocator.
-    generate_methods_for_privateuse1_backend(for_storage=False)
+    generate_methods_for_privateuse1_backend(for_storage=True)
     torch._register_device_module(name, module)  # type: ignore[no-untyped-call]  # untyped in torch
-    torch._C._acc.register_python_privateuseone_hook(_Hooks())
-    torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
     kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     overloads = _Backend(name, device, module).install(kernels)
     # Autocast: a real backend registers per-op casting rules at AutocastPrivateUse1 from C++;
@@ -264,40 +262,23 @@ def registered_overloads() -> frozenset[str]:
     return _state.overloads
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
-    """What PyTorch asks a backend's C++ hooks: the device is built and available."""
-
-    def is_available(self) -> bool:
-        return True
-
-    def has_primary_context(self, device_index: int) -> bool:
-        return True
-
-    def is_built(self) -> bool:
-        return True
-
-
-class _DeviceGuard(torch._C._acc.DeviceGuard):
-    """The device guard PyTorch needs to switch to the device (there is only one)."""
-
-    def type_(self) -> Any:
-        return torch._C._autograd.DeviceType.PrivateUse1
-
-
 class _DeviceModule:
     """``torch.<name>``: the functions PyTorch and user code call on a device module.
 
-    The generator is a CPU ``torch.Generator`` of the device's own, so random ops on the device
-    draw from a stream separate from the CPU's, as on a real device; ``torch.manual_seed`` seeds
-    it (through ``manual_seed_all``). ``torch.Generator(device=name)`` cannot be built: PyTorch
-    only builds device generators from C++ hooks, so ops reject a generator argument not on
-    the device, with the error a real device gives.
+    The generators are the C++ half's device generators (``torch.Generator(device=name)``
+    builds one, :attr:`default_generator` is the device's default): the CPU's Mersenne
+    Twister labelled as the device's, so random ops on the device draw from a stream separate
+    from the CPU's, as on a real device, and ``torch.manual_seed`` seeds it (through
+    ``manual_seed_all``). A kernel lends a generator's state to a CPU generator for the CPU
+    kernel it runs (:meth:`_lent`), and takes the advanced state back.
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.default_generator = torch.Generator()
-        self._rng_lock = threading.Lock()
+        ops = getattr(torch.ops, native.NAMESPACE)
+        self._ops = ops
+        self.default_generator: torch.Generator = ops.default_generator()
+        self._rng_lock = threading.RLock()
 
     def is_available(self) -> bool:
         return True
@@ -321,11 +302,36 @@ class _DeviceModule:
         if torch.device(self.name, 0) != _as_device(device, self.name):
             raise RuntimeError(f"{self.name} has one device, {self.name}:0")
 
+    @contextmanager
+    def device(self, device: torch.device | str | int | None) -> Iterator[None]:
+        """Make ``device`` current for a block: there is one device, so only check it."""
+        if device is not None:
+            self.set_device(device)
+        yield
+
     def synchronize(self, device: torch.device | str | int | None = None) -> None:
         """Kernels run synchronously on the CPU: there is never anything to wait for."""
 
     def empty_cache(self) -> None:
         """Memory goes back to the CPU allocator as soon as the last tensor using it dies."""
+
+    def memory_allocated(self, device: torch.device | str | int | None = None) -> int:
+        """Bytes held by the device's storages now (the C++ allocator's count)."""
+        return int(self._ops.memory_allocated())
+
+    def max_memory_allocated(self, device: torch.device | str | int | None = None) -> int:
+        """The peak of :meth:`memory_allocated` since the start or the last reset."""
+        return int(self._ops.max_memory_allocated())
+
+    def memory_reserved(self, device: torch.device | str | int | None = None) -> int:
+        """No cache: what is reserved is what is allocated."""
+        return self.memory_allocated(device)
+
+    def max_memory_reserved(self, device: torch.device | str | int | None = None) -> int:
+        return self.max_memory_allocated(device)
+
+    def reset_peak_memory_stats(self, device: torch.device | str | int | None = None) -> None:
+        self._ops.reset_peak_memory_stats()
 
     def get_amp_supported_dtype(self) -> list[torch.dtype]:
         return [torch.float16, torch.bfloat16]
@@ -353,19 +359,17 @@ class _DeviceModule:
     ) -> None:
         self.default_generator.set_state(new_state)
 
-    def device(self, device: torch.device | str | int | None) -> NoReturn:
-        """Refused: PyTorch enters this only to allocate a storage directly on the device.
-
-        ``storage.to(name)`` and ``torch.load(map_location=name)`` then call
-        ``torch.UntypedStorage(n, device=name)``, which needs a C++ allocator that a Python
-        backend cannot register; without one, PyTorch 2.13 crashes the interpreter
-        (segmentation fault). Failing here turns that crash into an error that says what to do.
-        """
-        raise NotImplementedError(
-            f"torch.{self.name}.device() is not available: storages cannot be allocated "
-            f"directly on the simulated {self.name} device (no C++ allocator). Load with "
-            f"map_location='cpu' and move tensors with .to('{self.name}')."
-        )
+    @contextmanager
+    def _lent(self, generator: torch.Generator) -> Iterator[torch.Generator]:
+        """A CPU generator holding ``generator``'s state for one CPU kernel; the state it
+        reaches goes back to ``generator`` (CPU kernels only take CPU generators)."""
+        with self._rng_lock:
+            cpu = torch.Generator()
+            cpu.set_state(generator.get_state())
+            try:
+                yield cpu
+            finally:
+                generator.set_state(cpu.get_state())
 
     @contextmanager
     def _as_global_cpu_generator(self) -> Iterator[None]:
@@ -549,15 +553,22 @@ class _Backend:
                     self._check_devices(op, args, kwargs)
                 if not any_dtype:
                     self._check_dtypes(args, kwargs)
+                generator = None
                 if takes_generator:
-                    kwargs = self._device_generator(args, kwargs, argument_names)
+                    generator = self._device_generator(args, kwargs, argument_names)
                 memo: dict[int, torch.UntypedStorage] = {}
                 host_args, host_kwargs = tree_map(lambda x: self._to_host(x, memo), (args, kwargs))
                 host_args, host_kwargs = _rewrap_numbers(host_args, host_kwargs, tensor_arguments)
                 outs = {name: kwargs[name] for name in out_names if kwargs.get(name) is not None}
                 for name, out in outs.items():
                     host_kwargs[name] = torch.empty(0, dtype=out.dtype)
-                if global_rng:
+                if generator is not None:
+                    with self.module._lent(generator) as cpu_generator:
+                        host_args, host_kwargs = _with_argument(
+                            host_args, host_kwargs, argument_names, "generator", cpu_generator
+                        )
+                        result = run(*host_args, **host_kwargs)
+                elif global_rng:
                     with self.module._as_global_cpu_generator():
                         result = run(*host_args, **host_kwargs)
                 else:
@@ -599,20 +610,19 @@ class _Backend:
 
     def _device_generator(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], argument_names: list[str]
-    ) -> dict[str, Any]:
-        """Draw from the device's generator; refuse a CPU one, as CUDA and MPS do."""
+    ) -> torch.Generator:
+        """The generator an op draws from: its argument, else the device's default; a CPU
+        one is refused, as CUDA and MPS refuse it."""
         index = argument_names.index("generator")
         generator = args[index] if index < len(args) else kwargs.get("generator")
-        if generator is not None:
-            if generator.device.type != self.name:
-                raise RuntimeError(
-                    f"Expected a '{self.name}' device type for generator but found "
-                    f"'{generator.device.type}'"
-                )
-            return kwargs
-        if index < len(args):  # passed positionally as None: cannot happen for kwarg-only
-            raise AssertionError("generator passed positionally")
-        return {**kwargs, "generator": self.module.default_generator}
+        if generator is None:
+            return self.module.default_generator
+        if generator.device.type != self.name:
+            raise RuntimeError(
+                f"Expected a '{self.name}' device type for generator but found "
+                f"'{generator.device.type}'"
+            )
+        return cast("torch.Generator", generator)
 
     def _to_host(self, value: Any, memo: dict[int, torch.UntypedStorage]) -> Any:
         """A device tensor as a CPU tensor on the same memory; a device as the CPU."""
@@ -676,18 +686,18 @@ class _Backend:
             key = host_storage.data_ptr()
             storage = memo.get(key) if host_storage.nbytes() else None
             if storage is None:
-                storage = self._device_storage(host_storage)
+                storage = self._device_storage(value)
                 if host_storage.nbytes():
                     memo[key] = storage
             return _tensor_on(storage, value)
 
         return wrap
 
-    def _device_storage(self, host_storage: torch.UntypedStorage) -> torch.UntypedStorage:
-        """A device storage over ``host_storage``'s memory, keeping that memory alive."""
-        storage = _storage_at(host_storage.data_ptr(), self.device, host_storage.nbytes())
-        setattr(storage, _HOST_STORAGE, host_storage)
-        return storage
+    def _device_storage(self, host: torch.Tensor) -> torch.UntypedStorage:
+        """A device storage over the memory of ``host``'s storage, without a copy: the C++
+        half's storage keeps the CPU storage alive, and grows like any device storage."""
+        adopted: torch.Tensor = self.module._ops.adopt(host)
+        return adopted.untyped_storage()
 
     # -- special kernels --------------------------------------------------------------
 
@@ -708,10 +718,11 @@ class _Backend:
     def _resize(
         self, tensor: torch.Tensor, size: list[int], *, memory_format: Any = None
     ) -> torch.Tensor:
-        """Move to a larger CPU allocation when the storage is too small, then resize.
+        """Grow the storage when it is too small, then set the new sizes.
 
-        A real device grows the storage object itself, so every view sees the new memory;
-        here only ``tensor`` moves (PyTorch has no Python API to grow a storage in place).
+        The storage grows in place (the C++ half's ``resizePrivateUse1Bytes``), so every view
+        of it sees the new memory, as on a real device; the CPU kernel then only sets sizes
+        and strides, the storage being large enough.
         """
         with _below_python():
             numel = 1
@@ -720,21 +731,7 @@ class _Backend:
             needed = (tensor.storage_offset() + numel) * tensor.element_size() if numel else 0
             storage = tensor.untyped_storage()
             if needed > storage.nbytes():
-                grown = torch.zeros(needed, dtype=torch.uint8)
-                host_storage = getattr(storage, _HOST_STORAGE, None)
-                if host_storage is not None and storage.nbytes():
-                    old = torch.empty(0, dtype=torch.uint8)
-                    old.set_(host_storage, 0, (storage.nbytes(),), (1,))
-                    grown[: storage.nbytes()].copy_(old)
-                new_storage = self._device_storage(grown.untyped_storage())
-                torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-                    _CPU_KEYS,
-                    tensor,
-                    new_storage,
-                    tensor.storage_offset(),
-                    tensor.size(),
-                    tensor.stride(),
-                )
+                storage.resize_(int(needed))
             torch.ops.aten.resize_.default.redispatch(
                 _CPU_KEYS, tensor, size, memory_format=memory_format
             )
@@ -943,6 +940,16 @@ def _written_argument(schema: torch._C.FunctionSchema, return_index: int) -> int
         if argument.alias_info is not None and argument.alias_info.before_set & alias.before_set:
             return index
     return None
+
+
+def _with_argument(
+    args: tuple[Any, ...], kwargs: dict[str, Any], argument_names: list[str], name: str, value: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` with schema argument ``name`` set to ``value``, where it sits."""
+    index = argument_names.index(name)
+    if index < len(args):
+        return (*args[:index], value, *args[index + 1 :]), kwargs
+    return args, {**kwargs, name: value}
 
 
 def _argument(

@@ -1,0 +1,105 @@
+"""Build and load the C++ half of the simulated accelerator, on demand and cached.
+
+Why on demand: the C++ pieces (allocator, device guard, generator, pinned memory, hooks;
+``csrc/simulated.cpp``) are what let PyTorch allocate, copy, serialise and pin on the
+simulated device, but only a user who asks for the simulated host needs them. A plain
+``pip install torchdevice`` (on a Mac, say) ships the source and never compiles it.
+
+It is compiled with ``torch.utils.cpp_extension`` (a C++ compiler and ``ninja`` needed) into a
+directory named after the source's and torch's fingerprint, under PyTorch's extension cache
+(``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``): the first build takes tens of
+seconds, every later process loads the cached library. Concurrent builds (xdist workers) wait
+on PyTorch's lock in that directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Final
+
+import torch
+
+__all__ = ["NativeBuildError", "library_loaded", "load"]
+
+#: The operator namespace the C++ file registers (``TORCH_LIBRARY(torchdevice_simulated, m)``).
+NAMESPACE: Final = "torchdevice_simulated"
+
+_lock = threading.Lock()
+_loaded = False
+
+
+class NativeBuildError(RuntimeError):
+    """The C++ half of the simulated accelerator cannot be built on this machine."""
+
+
+def library_loaded() -> bool:
+    """Whether this process has loaded the C++ half."""
+    return _loaded
+
+
+def source() -> Path:
+    """The C++ source shipped in the package."""
+    return Path(str(resources.files("torchdevice.testing") / "csrc" / "simulated.cpp"))
+
+
+def _fingerprint(path: Path) -> str:
+    """What the built library depends on: its source and the torch it compiles against."""
+    digest = hashlib.sha256(path.read_bytes())
+    digest.update(f"{torch.__version__} {sys.version_info[:2]} {sys.platform}".encode())
+    return digest.hexdigest()[:12]
+
+
+def _missing_tools() -> str | None:
+    """The build tools this machine lacks, in words, or None when it has them all."""
+    from torch.utils import cpp_extension  # noqa: PLC0415 - only when a build is asked for
+
+    compiler = os.environ.get("CXX", "c++")
+    missing = []
+    if shutil.which(compiler) is None:
+        missing.append(f"a C++ compiler ({compiler!r} is not on PATH; set CXX to another)")
+    if not cpp_extension.is_ninja_available():
+        missing.append("ninja (pip install ninja)")
+    return " and ".join(missing) or None
+
+
+def load(*, verbose: bool = False) -> None:
+    """Build (once per source and torch version) and load the C++ half into this process.
+
+    Loading registers the allocator, device guard, hooks and pinned-memory allocator for
+    PyTorch's PrivateUse1 device; call it before :func:`torch.utils.rename_privateuse1_backend`
+    work is relied upon. Idempotent. Raises :class:`NativeBuildError`, in one line naming
+    what is missing, when the machine cannot build it.
+    """
+    global _loaded
+    with _lock:
+        if _loaded:
+            return
+        missing = _missing_tools()
+        if missing is not None:
+            raise NativeBuildError(
+                f"the simulated accelerator is compiled from C++ on first use, and this "
+                f"machine lacks {missing}"
+            )
+        from torch.utils import cpp_extension  # noqa: PLC0415 - only when a build is asked for
+
+        path = source()
+        try:
+            cpp_extension.load(
+                name=f"{NAMESPACE}_{_fingerprint(path)}",
+                sources=[str(path)],
+                extra_cflags=["-O1"],  # the C++ half does bookkeeping, not arithmetic
+                is_python_module=False,
+                verbose=verbose,
+            )
+        except (OSError, RuntimeError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise NativeBuildError(
+                f"building the simulated accelerator's C++ half ({path}) failed: {first}"
+            ) from error
+        _loaded = True
