@@ -293,7 +293,7 @@ def outcome(fn: Callable[[Any, int, int], Any], group: Any, rank: int, world: in
         result = {"value": fn(group, rank, world)}
     except Exception as error:  # the outcome the test compares
         result = {"error": f"{type(error).__name__}: {str(error).strip()}"}
-    dist.barrier(group=group)  # a refused form on one rank must not leave the other behind
+    dist.barrier()  # a refused form on one rank must not leave the other behind
     return result
 
 
@@ -301,12 +301,15 @@ def main() -> None:
     dist.init_process_group("nccl", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    gloo = dist.new_group(backend="gloo")
-    results = {
-        name: {"nccl": outcome(fn, None, rank, world), "gloo": outcome(fn, gloo, rank, world)}
-        for name, fn in FORMS.items()
-    }
-    results["backend"] = {"nccl": dist.get_backend(), "gloo": dist.get_backend(gloo)}
+    results: dict[str, Any] = {}
+    for name, fn in FORMS.items():
+        # A group of its own for each refused form: a failed gloo collective may leave
+        # its group unusable (an error that surfaces in the group's next call).
+        gloo = dist.new_group(backend="gloo")
+        results[name] = {"nccl": outcome(fn, None, rank, world),
+                         "gloo": outcome(fn, gloo, rank, world)}  # fmt: skip
+        results["backend"] = {"nccl": dist.get_backend(), "gloo": dist.get_backend(gloo)}
+        dist.destroy_process_group(gloo)
     with open(os.path.join(sys.argv[1], f"forms{rank}.json"), "w") as f:
         json.dump(results, f)
     dist.destroy_process_group()
