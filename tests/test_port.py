@@ -20,8 +20,10 @@ from typing import cast
 import pytest
 import torch
 
+from torchdevice import guide
 from torchdevice.callsite import CallSite
 from torchdevice.report import Entry, EventKind, MigrationReport
+from torchdevice.rewrites import DEVICE_API, HELPERS
 from torchdevice.tools import cli
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
@@ -202,11 +204,29 @@ def test_two_rows_for_one_call_edit_it_once_and_comments_stay_one_line() -> None
     assert len(notes) == 1
 
 
-def test_facade_calls_become_accelerator_calls() -> None:
-    new, notes = port(
-        """\
+def _code_lines(new: str) -> list[str]:
+    """The ported module's statements after the preamble (device binding and helpers)."""
+    tree = ast.parse(new)
+    preamble = {"device", *HELPERS}
+    lines = []
+    for statement in tree.body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            continue
+        names = {getattr(statement, "name", None)} | {
+            getattr(target, "id", None) for target in getattr(statement, "targets", ())
+        }
+        if names & preamble:
+            continue
+        lines.append(ast.unparse(statement))
+    return lines
+
+
+def test_facade_calls_become_code_that_runs_without_an_accelerator() -> None:
+    source = """\
         import torch
+        torch.manual_seed(0)
         torch.cuda.manual_seed_all(0)
+        torch.cuda.manual_seed_all(1)
         start = torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         used = torch.cuda.memory_allocated()
@@ -214,27 +234,84 @@ def test_facade_calls_become_accelerator_calls() -> None:
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
             pass
-        """,
+        torch.cuda.empty_cache()
+        with torch.cuda.device(0):
+            index = torch.cuda.current_device()
+        if n: torch.cuda.reset_peak_memory_stats()
+        """
+    new, notes = port(
+        source,
         ("torch.cuda.manual_seed_all", "torch.cuda.manual_seed_all"),
         ("torch.cuda.Event", "torch.cuda.Event"), ("torch.cuda.synchronize", "torch.cuda.sync"),
         ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
         ("torch.cuda.device_count", "torch.cuda.device_count"),
         ("torch.cuda.Stream", "torch.cuda.Stream"), ("torch.cuda.stream", "torch.cuda.stream"),
+        ("torch.cuda.empty_cache", "torch.cuda.empty_cache"),
+        ("torch.cuda.device", "torch.cuda.device("),
+        ("torch.cuda.current_device", "torch.cuda.current_device"),
+        ("torch.cuda.reset_peak_memory_stats", "torch.cuda.reset_peak"),
     )  # fmt: skip
-    body = new.split(DEVICE_LINE + "\n")[1]
-    assert [line for line in body.splitlines() if not line.lstrip().startswith("#")] == [
+    guard = "torch.accelerator.is_available()"
+    assert _code_lines(new) == [
         "torch.manual_seed(0)",
-        "start = torch.Event(enable_timing=True)",
-        "torch.get_device_module(device).synchronize()",
-        "used = torch.accelerator.memory_allocated()",
+        "torch.manual_seed(1)",  # the same seed again is not repeated; another one is kept
+        "start = _device_event(enable_timing=True)",
+        f"if {guard}:\n    torch.accelerator.synchronize()",
+        f"used = torch.accelerator.memory_allocated() if {guard} else 0",
         "n = torch.accelerator.device_count()",
-        "side = torch.Stream()",
-        "with side:",
-        "    pass",
+        "side = _device_stream()",
+        "with side:\n    pass",
+        f"if {guard}:\n    torch.accelerator.empty_cache()",
+        f"with torch.accelerator.device_index(0 if {guard} else None):\n"
+        f"    index = torch.accelerator.current_device_index() if {guard} else 0",
+        f"if n:\n    torch.accelerator.reset_peak_memory_stats() if {guard} else None",
     ]
-    # Rewrites whose meaning changes without an accelerator say so, above their line.
-    assert f"{MARK} torch.Event has no CPU backend" in new
-    assert any("raise on a host without an accelerator" in note for note in notes)
+    assert notes == ()
+    assert (
+        f"{MARK} removed `torch.cuda.manual_seed_all(0)`: the torch.manual_seed above seeds "
+        "every device\n" in new
+    )
+    # The helpers it calls are defined in the file, with what they need imported.
+    assert "import time\n" in new
+    assert all(f"def {name}(" in new for name in ("_device_event", "_device_stream"))
+    assert "_current_stream" not in new
+    # And the result runs here, on a host without an accelerator, without torchdevice.
+    done = subprocess.run([sys.executable, "-c", new + "\nprint(used, index, n)"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": ""})  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "0 0 0\n"), done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_API))
+def test_the_patch_writes_what_the_report_advises(name: str) -> None:
+    """For every device API the table knows, the advice's code is the patch's code."""
+    rewrite = DEVICE_API[name]
+    api = f"torch.cuda.{name}"
+    call = f"{api}({rewrite.example})"
+    source = f"import torch\ndef f(index, stream, seed):\n    result = {call}\n"
+    if rewrite.form == "statement":
+        source = f"import torch\ndef f(index, stream, seed):\n    {call}\n"
+    elif rewrite.form == "context" or name == "stream":
+        source = f"import torch\ndef f(index, stream, seed):\n    with {call}:\n        pass\n"
+    new, notes = port_source(source, entries_for(source, (api, api + "(")))
+    entry = entries_for(source, (api, api + "("))[0]
+    advice = guide.advice(entry)
+    assert advice == rewrite.advice(api)
+    if rewrite.form == "none":
+        assert rewrite.why in advice
+        assert notes == (f"{api}(): {rewrite.why}",)
+        assert f"{api}(" in new  # left as it was, with the comment
+        return
+    code = advice.split("`")[1]
+    function = next(n for n in ast.parse(new).body if getattr(n, "name", "") == "f")
+    statement = function.body[0]
+    if rewrite.form == "statement":
+        assert ast.dump(statement) == ast.dump(ast.parse(code).body[0])
+    else:
+        expression = getattr(statement, "value", None) or statement.items[0].context_expr
+        assert ast.dump(expression) == ast.dump(ast.parse(code, mode="eval").body)
+    if rewrite.comment:
+        assert notes == (rewrite.why,)
 
 
 def test_what_has_no_equivalent_is_left_with_a_comment_saying_why() -> None:
@@ -343,7 +420,8 @@ def test_mps_first_code_and_aliases() -> None:
     )  # fmt: skip
     assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
         {GUARD_REMOVED.replace("CUDA", "MPS")}        x = torch.ones(1, device=device)
-        torch.get_device_module(device).synchronize()
+        if torch.accelerator.is_available():
+            torch.accelerator.synchronize()
         {MARK} a call of torch.cuda.synchronize under another name (`sync`): port it by hand
         sync()
         """)  # fmt: skip
