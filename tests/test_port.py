@@ -197,7 +197,7 @@ def test_two_rows_for_one_call_edit_it_once_and_comments_stay_one_line() -> None
     )  # fmt: skip
     assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
         m = torch.nn.Linear(1, 1).to(device)
-        {MARK} the device here is `f( "gpu")`, set elsewhere: make it `device` where it is defined
+        {MARK} the device here is `f( "gpu")`, which the port cannot read: make it `device`
         x = torch.zeros(1, device=f(
             "gpu"))
         """)
@@ -519,6 +519,64 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
     assert done.stdout.startswith("diff --git a/t.py b/t.py\n")  # the script's print: stderr
     assert "+print(torch.ones(2).to(device).device)\n" in done.stdout
     assert "cpu" in done.stderr
+    # The run's report was a temporary file, deleted once read: stderr does not name it.
+    assert "migration report written to" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].endswith("torchdevice port: 1 file(s) changed, 0 skipped")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ('{"schema_version": 99, "entries": []}',
+         "migration report schema version 99 is newer than this torchdevice reads (1): "
+         "upgrade torchdevice"),
+        ("[1, 2]", "it is not a JSON object"),
+        ('{"entries": [{"file": "x.py"}]}', "missing field 'kind'"),
+        ('{"entries": [{"file": "x.py", "line": 1, "function": "f", "kind": "odd", "api": "a",'
+         ' "requested": "cuda", "decided": "cpu", "reason": "r", "count": 1}]}',
+         "unknown event kind 'odd' in a migration report entry"),
+    ],
+)  # fmt: skip
+def test_cli_port_refuses_a_report_it_cannot_read_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--report", str(report)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"torchdevice port: error: cannot read the report {str(report)!r}: {why}\n"
+
+
+def test_cli_port_says_when_the_report_has_no_entries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(MigrationReport("cpu host", ()).to_json(), encoding="utf-8")
+    assert cli.main(["port", "--report", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "torchdevice port: the report has no entries: the run asked for no device, so there "
+        "is nothing to port",
+        "torchdevice port: 0 file(s) changed, 0 skipped",
+    ]
+
+
+def test_an_f_string_without_fields_is_a_device_literal() -> None:
+    new, notes = port(
+        """\
+        import torch
+        x = torch.zeros(1, device=f"cuda:0")
+        y = torch.zeros(1, device=f"cuda:{x.numel()}")
+        """,
+        ("torch.zeros", "torch.zeros"),
+    )
+    assert "x = torch.zeros(1, device=device)\n" in new
+    assert notes == (
+        'the device here is `f"cuda:{x.numel()}"`, which the port cannot read: make it `device`',
+    )
 
 
 def test_cli_port_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -188,7 +188,6 @@ def _port_parser(prog: str) -> argparse.ArgumentParser:
 
 def _port(argv: Sequence[str], prog: str) -> int:
     import json  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
     from torchdevice.report import MigrationReport  # noqa: PLC0415
@@ -207,7 +206,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
             raw = json.loads(ns.report.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             parser.exit(2, f"{prog}: error: cannot read the report {str(ns.report)!r}: {exc}\n")
-        report = MigrationReport.from_dict(raw)
+        report = _read_report(raw, ns.report, parser, prog)
     else:
         if not Path(rest[0]).exists():
             parser.exit(2, f"{prog}: can't open file {os.path.abspath(rest[0])!r}: "
@@ -216,10 +215,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
             path = Path(tmp) / "report.json"
             # A child runs it, through the launcher, as `torchdevice run` would: the script's
             # output goes to stderr so that stdout carries the patch alone.
-            done = subprocess.run(
-                [sys.executable, "-m", "torchdevice", "run", "--report", str(path), *rest],
-                stdout=2, check=False,
-            )  # fmt: skip
+            done = _run_for_report(path, rest)
             if not path.exists():
                 parser.exit(2, f"{prog}: error: the script wrote no report "
                             f"(exit status {done.returncode})\n")  # fmt: skip
@@ -227,6 +223,9 @@ def _port(argv: Sequence[str], prog: str) -> int:
                 print(f"{prog}: the script exited with status {done.returncode}; porting the "
                       "calls it made before that", file=sys.stderr)  # fmt: skip
             report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    if not report.entries:
+        print(f"{prog}: the report has no entries: the run asked for no device, so there is "
+              "nothing to port", file=sys.stderr)  # fmt: skip
     result = port_report(report, ns.root)
     for filename, why in result.skipped:
         print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
@@ -240,6 +239,38 @@ def _port(argv: Sequence[str], prog: str) -> int:
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
     return 0
+
+
+def _read_report(raw: Any, path: Path, parser: argparse.ArgumentParser, prog: str) -> Any:
+    """The report in ``raw``, or a one-line usage error naming ``path`` and what is wrong."""
+    from torchdevice.report import MigrationReport  # noqa: PLC0415
+
+    try:
+        if not isinstance(raw, dict):
+            raise ValueError("it is not a JSON object")
+        return MigrationReport.from_dict(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        parser.exit(2, f"{prog}: error: cannot read the report {str(path)!r}: {why}\n")
+
+
+def _run_for_report(path: Path, rest: Sequence[str]) -> Any:
+    """Run ``rest`` redirected in a child that writes its JSON report to ``path``.
+
+    The script's output goes to stderr, so that stdout carries the patch alone; the
+    child's line naming ``path`` (a temporary file, deleted once read) is left out.
+    """
+    import subprocess  # noqa: PLC0415
+
+    command = [sys.executable, "-m", "torchdevice", "run", "--report", str(path), *rest]
+    written = f"torchdevice: migration report written to {path}".encode()
+    with subprocess.Popen(command, stdout=2, stderr=subprocess.PIPE) as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            if line.rstrip(b"\r\n") != written:
+                sys.stderr.write(line.decode(errors="replace"))
+                sys.stderr.flush()
+    return child
 
 
 def _top_parser(prog: str) -> argparse.ArgumentParser:

@@ -160,6 +160,9 @@ def _dotted(node: ast.AST) -> str:
 
 def _is_device_literal(node: ast.AST) -> bool:
     """``"cuda"``, ``"cuda:0"``, ``0`` or ``torch.device("cuda"[, 0])``: a device we replace."""
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+        return _DEVICE_LITERAL.fullmatch(text) is not None  # f"cuda:0": a literal all the same
     if isinstance(node, ast.Constant):
         if isinstance(node.value, str):
             return _DEVICE_LITERAL.fullmatch(node.value) is not None
@@ -279,6 +282,10 @@ class _Porter:
                 self.replace(node, self.device() + ".type")
         elif isinstance(node, ast.Constant) and node.value in ("cpu", None):
             pass  # asks for the CPU: already device-agnostic code
+        elif not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+            suffix = " (its .type)" if as_type else ""
+            self.note(node, f"the device here is `{self.src.segment(node)}`, which the port "
+                      f"cannot read: make it `{self.device()}`{suffix}")  # fmt: skip
         else:  # the comment names the device variable, so the file gets one to use
             self.note(
                 node,
