@@ -186,8 +186,8 @@ def run_pytest(
         except KeyboardInterrupt:
             _stop(child)
             interrupted = True
-            buffered += feed.read()
-        read_results([buffered], run)
+            buffered += feed.read()  # what the child wrote while it was being stopped
+        read_results(buffered.split("\n"), run)
     run.exit_code = child.returncode
     run.duration_s = time.monotonic() - started
     display.finish(run)
