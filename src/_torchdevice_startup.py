@@ -35,24 +35,31 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-__all__ = ["PTH_NAME", "TorchImportHook", "install", "requested"]
+__all__ = ["FALSE_WORDS", "PTH_NAME", "TorchImportHook", "install", "requested"]
 
 #: The name of the shipped ``.pth`` file (``src/torchdevice-activate.pth`` in the source).
 PTH_NAME = "torchdevice-activate.pth"
 
 
+#: The words that switch a boolean variable off: a copy of
+#: :data:`torchdevice.environment.FALSE_WORDS` (this module may not import the package).
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+
+
 def requested(environ: "Mapping[str, str] | None" = None) -> bool:
     """Whether the environment may ask for torchdevice: the hook is worth installing.
 
-    Looser than :func:`torchdevice.environment.activation_requested` on purpose: an invalid
-    ``ACTIVATE_TORCH_DEVICE`` counts as asking, so that the import of torchdevice after
-    torch reports it (at interpreter start, an error would break every Python process).
-    ``0``, empty, and ``TORCH_ALLOW_REDIRECTS`` other than ``true`` do not ask.
+    Looser than :func:`torchdevice.environment.activation_requested` on purpose: any value
+    of ``ACTIVATE_TORCH_DEVICE`` or ``TORCH_ALLOW_REDIRECTS`` but an "off" one (``0``,
+    ``false``, ``no``, ``off``, empty; any case) counts as asking, an invalid one included,
+    so that the import of torchdevice after torch reports it (at interpreter start, an
+    error would break every Python process).
     """
     environ = os.environ if environ is None else environ
-    activate = environ.get("ACTIVATE_TORCH_DEVICE", "").strip()
-    allow = environ.get("TORCH_ALLOW_REDIRECTS", "").strip().lower()
-    return activate not in ("", "0") or allow == "true"
+    return any(
+        environ.get(variable, "").strip().lower() not in FALSE_WORDS
+        for variable in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+    )
 
 
 class _ActivatingLoader:

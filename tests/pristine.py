@@ -32,6 +32,11 @@ REAL_INIT_PROCESS_GROUP = c10d.init_process_group
 REAL_IS_NCCL_AVAILABLE = c10d.is_nccl_available
 REAL_ALL_REDUCE = c10d.all_reduce
 REAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
+#: Whether each device type the dispatcher-level net covers had an allocation kernel.
+REAL_ALLOCATORS = {
+    key: torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", key)
+    for key in ("CUDA", "MPS")
+}
 
 
 def torch_is_pristine() -> list[str]:
@@ -69,6 +74,9 @@ def torch_is_pristine() -> list[str]:
         problems.append("torch.distributed is wrapped")
     if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
         problems.append("a DeviceMode is on this thread's function-mode stack")
+    for key, had in REAL_ALLOCATORS.items():
+        if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", key) != had:
+            problems.append(f"aten::empty.memory_format has another {key} kernel")
     if warnings.showwarning is not REAL_SHOWWARNING:
         problems.append("warnings.showwarning is wrapped")
     if threading.getprofile() is not None:

@@ -35,6 +35,7 @@ import torch
 import _torchdevice_startup as startup
 import torchdevice
 from torchdevice import SettingsError
+from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS
 from torchdevice.host import Host, probe_host
 from torchdevice.policy import decide
 
@@ -157,14 +158,14 @@ def test_the_pth_line_costs_nothing_until_torch(site_dir, variables, imported, h
 
 
 def test_the_hook_installs_once_and_an_invalid_value_does_not_break_start_up(site_dir):
-    env = {**_clean_env(), "ACTIVATE_TORCH_DEVICE": "yes"}
+    env = {**_clean_env(), "ACTIVATE_TORCH_DEVICE": "maybe"}
     twice = "import _torchdevice_startup as s; s.install(); s.install(); "
     # the hook is there (the import of torch will report the value), and start-up went on
     assert _snapshot(site_dir, env, twice) == [["_torchdevice_startup"], 1]
 
 
 def test_a_bad_value_is_reported_when_torch_is_imported(site_dir):
-    env = {**_clean_env(), "ACTIVATE_TORCH_DEVICE": "yes"}
+    env = {**_clean_env(), "ACTIVATE_TORCH_DEVICE": "maybe"}
     code = f"import site; site.addsitedir({str(site_dir)!r}); import torch"
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -176,8 +177,8 @@ def test_a_bad_value_is_reported_when_torch_is_imported(site_dir):
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        "torchdevice.errors.SettingsError: invalid ACTIVATE_TORCH_DEVICE='yes' from the "
-        "environment: expected '1' to enable torchdevice at import, or '0'/unset to leave it off"
+        "torchdevice.errors.SettingsError: invalid ACTIVATE_TORCH_DEVICE='maybe' from the "
+        f"environment: {BOOL_EXPECTED}"
     )
 
 
@@ -188,13 +189,22 @@ def test_a_bad_value_is_reported_when_torch_is_imported(site_dir):
         ({"ACTIVATE_TORCH_DEVICE": "1"}, True),
         ({"ACTIVATE_TORCH_DEVICE": " 0 "}, False),
         ({"ACTIVATE_TORCH_DEVICE": ""}, False),
-        ({"ACTIVATE_TORCH_DEVICE": "on"}, True),  # invalid: torchdevice's import reports it
+        ({"ACTIVATE_TORCH_DEVICE": "on"}, True),
+        ({"ACTIVATE_TORCH_DEVICE": "maybe"}, True),  # invalid: torchdevice's import reports it
+        ({"ACTIVATE_TORCH_DEVICE": "Off"}, False),
         ({"TORCH_ALLOW_REDIRECTS": "TRUE"}, True),
-        ({"TORCH_ALLOW_REDIRECTS": "1"}, False),
+        ({"TORCH_ALLOW_REDIRECTS": "1"}, True),
+        ({"TORCH_ALLOW_REDIRECTS": "false"}, False),
     ],
 )
 def test_requested(environ, expected):
     assert startup.requested(environ) is expected
+
+
+def test_the_hook_knows_the_packages_false_words():
+    """The hook keeps its own copy of the words that mean "off" (it cannot import the
+    package at interpreter start): the copy must say what the one rule says."""
+    assert FALSE_WORDS | {""} == startup.FALSE_WORDS
 
 
 def test_the_hook_wraps_only_torch_and_leaves_after_one_use(monkeypatch):

@@ -1,19 +1,13 @@
 """The NCCL DDP script of ``tests/scripts`` under torchrun, 2 ranks, as users launch it.
 
 Each launch is ``python -m torch.distributed.run`` in a subprocess of its own session
-(killed with its workers in ``finally``), with ``TMPDIR`` inside ``tmp_path`` so nothing
-torchelastic writes outlives the test. The ranks must end with identical parameters equal
+(``tests/launches.py``). The ranks must end with identical parameters equal
 to one process training on the full batch (natively, in this process), and a falling loss.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,10 +15,12 @@ from typing import Any
 import pytest
 import torch
 
+from launches import free_port as _free_port
+from launches import run as _run
+
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "ddp_nccl.py"
 ON_SIMGPU = SCRIPTS / "on_simgpu.py"
-TIMEOUT = 150
 
 
 def _script_module() -> ModuleType:
@@ -47,70 +43,6 @@ def _line_of(code: str) -> int:
     """The line of the DDP script where ``code`` stands (where the log must point)."""
     lines = DDP_SCRIPT.read_text().splitlines()
     return next(number for number, text in enumerate(lines, 1) if code in text)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _run(
-    launches: list[list[str]],
-    tmp_path: Path,
-    env_extra: dict[str, str],
-    prefix: tuple[str, ...] = ("-m", "torch.distributed.run"),
-) -> str:
-    """Run the torchrun command lines at once; their combined output when all succeed.
-
-    ``prefix`` is what comes after ``python``: torchrun itself, or torchrun under the
-    torchdevice launcher.
-
-    Known issue, retried once: in about 2 of 35 runs on a loaded 2-core machine, a rank
-    that had finished (its results and report part written) aborted while the interpreter
-    shut down ("terminate called without an active exception", SIGABRT). Only the main
-    thread was alive in Python; the suspect, not yet confirmed, is a C++ thread of the
-    process group releasing a tensor whose storage carries torchdevice's transfer mark
-    during finalization. It is in docs/limitations.md; a second abort fails the test.
-    """
-    try:
-        return _launch(launches, tmp_path, env_extra, prefix)
-    except AssertionError as error:
-        if _EXIT_ABORT not in str(error):
-            raise
-    return _launch(launches, tmp_path, env_extra, prefix)
-
-
-_EXIT_ABORT = "terminate called without an active exception"
-
-
-def _launch(
-    launches: list[list[str]],
-    tmp_path: Path,
-    env_extra: dict[str, str],
-    prefix: tuple[str, ...],
-) -> str:
-    """One attempt of :func:`_run`."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != "ACTIVATE_TORCH_DEVICE"}
-    env.update(TMPDIR=str(tmp_path / "tmp"), TORCHDEVICE_LOG_LEVEL="INFO", **env_extra)
-    processes: list[subprocess.Popen[str]] = []
-    try:
-        for argv in launches:
-            command = [sys.executable, *prefix, *argv]
-            processes.append(subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                start_new_session=True,
-            ))  # fmt: skip
-        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
-    text = "\n".join(outputs)
-    assert all(p.returncode == 0 for p in processes), text
-    return text
 
 
 def _check_ranks(out: Path, reference: tuple[list[torch.Tensor], list[float]], device: str) -> None:

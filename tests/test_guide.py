@@ -16,6 +16,7 @@ from torchdevice import guide
 from torchdevice.callsite import CallSite
 from torchdevice.report import SCHEMA_VERSION, Entry, MigrationReport
 from torchdevice.report_schema import json_schema
+from torchdevice.rewrites import DEVICE_API, HELPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY_FILE = os.path.join(sysconfig.get_paths()["purelib"], "transformers", "modeling.py")
@@ -37,13 +38,17 @@ def entry(filename: str, line: int, api: str, requested: str = "cuda", kind: str
         ("torch.load", "cuda", "redirect", "`map_location=device`", True),
         ("torch.autocast", "cuda", "redirect", "`torch.autocast(device.type)`", True),
         ("torch.cuda.synchronize", "cuda", "device-api",
-         "torch.get_device_module(device).synchronize()", True),
+         "`if torch.accelerator.is_available(): torch.accelerator.synchronize()`", True),
         ("torch.distributed.init_process_group", "nccl", "redirect",
          "`backend=torch.distributed.get_default_backend_for_device(device)`", True),
         ("torch.nn.parallel.DistributedDataParallel", "device_ids=[1]", "redirect",
          '`device_ids=[rank] if device.type == "cuda" else None`', True),
-        ("torch.cuda.Event", "cuda", "device-api", "`torch.Event(...)`", True),
-        ("torch.mps.empty_cache", "mps", "device-api", "`torch.accelerator.empty_cache()`", True),
+        ("torch.cuda.Event", "cuda", "device-api", "`_device_event(enable_timing=True)` "
+         "(torch.Event where there is an accelerator, time.perf_counter timing on the CPU)", True),
+        ("torch.mps.empty_cache", "mps", "device-api",
+         "`if torch.accelerator.is_available(): torch.accelerator.empty_cache()`", True),
+        ("torch.cuda.memory_allocated", "cuda", "device-api", "`(torch.accelerator."
+         "memory_allocated() if torch.accelerator.is_available() else 0)`", True),
         ("torch.cuda.nvtx_mark", "cuda", "device-api", "no device-agnostic equivalent", True),
         ("torch.zeros", "cpu", "redirect", "no change: device-agnostic already", False),
         ("torch.special.ndtri", "mps", "fallback", "no change: the op ran on the CPU", False),
@@ -164,10 +169,20 @@ def test_a_real_run_reports_device_api_rows(tmp_path):
     text = torchdevice.report().to_text()
     assert "torch.cuda.synchronize(cuda) -> cpu:0 x1 [device-api:" in text
     assert "      | torch.cuda.synchronize()" in text
-    assert "      change: torch.get_device_module(device).synchronize()" in text
+    assert (
+        "      change: `if torch.accelerator.is_available(): torch.accelerator.synchronize()`"
+        in text
+    )
 
 
-def test_the_port_by_hand_page_covers_every_device_api_the_guide_knows():
+def test_the_port_by_hand_page_shows_the_table_the_report_and_the_patch_use():
     page = (ROOT / "docs" / "porting.md").read_text(encoding="utf-8")
-    missing = [name for name in guide._DEVICE_API if f"{name}(" not in page]
+    missing = [
+        name
+        for name, rewrite in DEVICE_API.items()
+        if f"`torch.cuda.{name}({rewrite.example})`" not in page
+        or (rewrite.form != "none" and f"`{rewrite.code()}`" not in page)
+        or (rewrite.form == "none" and rewrite.why not in page)
+    ]
     assert missing == []
+    assert all(HELPERS[name] in page for name in HELPERS)

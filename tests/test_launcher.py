@@ -370,7 +370,8 @@ def test_uncaught_exception_shows_only_the_scripts_frames(tmp_path):
 @pytest.mark.parametrize(
     ("variable", "value", "accepted"),
     [
-        ("ACTIVATE_TORCH_DEVICE", "yes", "expected '1' to enable torchdevice at import"),
+        ("ACTIVATE_TORCH_DEVICE", "maybe", "expected a boolean: 1, true, yes or on"),
+        ("TORCH_ALLOW_REDIRECTS", "sure", "expected a boolean: 1, true, yes or on"),
         ("TORCHDEVICE_LOG_LEVEL", "LOUD", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
         ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps' or 'cuda'"),
     ],

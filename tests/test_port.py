@@ -20,8 +20,10 @@ from typing import cast
 import pytest
 import torch
 
+from torchdevice import guide
 from torchdevice.callsite import CallSite
 from torchdevice.report import Entry, EventKind, MigrationReport
+from torchdevice.rewrites import DEVICE_API, HELPERS
 from torchdevice.tools import cli
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
@@ -195,18 +197,36 @@ def test_two_rows_for_one_call_edit_it_once_and_comments_stay_one_line() -> None
     )  # fmt: skip
     assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
         m = torch.nn.Linear(1, 1).to(device)
-        {MARK} the device here is `f( "gpu")`, set elsewhere: make it `device` where it is defined
+        {MARK} the device here is `f( "gpu")`, which the port cannot read: make it `device`
         x = torch.zeros(1, device=f(
             "gpu"))
         """)
     assert len(notes) == 1
 
 
-def test_facade_calls_become_accelerator_calls() -> None:
-    new, notes = port(
-        """\
+def _code_lines(new: str) -> list[str]:
+    """The ported module's statements after the preamble (device binding and helpers)."""
+    tree = ast.parse(new)
+    preamble = {"device", *HELPERS}
+    lines = []
+    for statement in tree.body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            continue
+        names = {getattr(statement, "name", None)} | {
+            getattr(target, "id", None) for target in getattr(statement, "targets", ())
+        }
+        if names & preamble:
+            continue
+        lines.append(ast.unparse(statement))
+    return lines
+
+
+def test_facade_calls_become_code_that_runs_without_an_accelerator() -> None:
+    source = """\
         import torch
+        torch.manual_seed(0)
         torch.cuda.manual_seed_all(0)
+        torch.cuda.manual_seed_all(1)
         start = torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         used = torch.cuda.memory_allocated()
@@ -214,27 +234,84 @@ def test_facade_calls_become_accelerator_calls() -> None:
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
             pass
-        """,
+        torch.cuda.empty_cache()
+        with torch.cuda.device(0):
+            index = torch.cuda.current_device()
+        if n: torch.cuda.reset_peak_memory_stats()
+        """
+    new, notes = port(
+        source,
         ("torch.cuda.manual_seed_all", "torch.cuda.manual_seed_all"),
         ("torch.cuda.Event", "torch.cuda.Event"), ("torch.cuda.synchronize", "torch.cuda.sync"),
         ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
         ("torch.cuda.device_count", "torch.cuda.device_count"),
         ("torch.cuda.Stream", "torch.cuda.Stream"), ("torch.cuda.stream", "torch.cuda.stream"),
+        ("torch.cuda.empty_cache", "torch.cuda.empty_cache"),
+        ("torch.cuda.device", "torch.cuda.device("),
+        ("torch.cuda.current_device", "torch.cuda.current_device"),
+        ("torch.cuda.reset_peak_memory_stats", "torch.cuda.reset_peak"),
     )  # fmt: skip
-    body = new.split(DEVICE_LINE + "\n")[1]
-    assert [line for line in body.splitlines() if not line.lstrip().startswith("#")] == [
+    guard = "torch.accelerator.is_available()"
+    assert _code_lines(new) == [
         "torch.manual_seed(0)",
-        "start = torch.Event(enable_timing=True)",
-        "torch.get_device_module(device).synchronize()",
-        "used = torch.accelerator.memory_allocated()",
+        "torch.manual_seed(1)",  # the same seed again is not repeated; another one is kept
+        "start = _device_event(enable_timing=True)",
+        f"if {guard}:\n    torch.accelerator.synchronize()",
+        f"used = torch.accelerator.memory_allocated() if {guard} else 0",
         "n = torch.accelerator.device_count()",
-        "side = torch.Stream()",
-        "with side:",
-        "    pass",
+        "side = _device_stream()",
+        "with side:\n    pass",
+        f"if {guard}:\n    torch.accelerator.empty_cache()",
+        f"with torch.accelerator.device_index(0 if {guard} else None):\n"
+        f"    index = torch.accelerator.current_device_index() if {guard} else 0",
+        f"if n:\n    torch.accelerator.reset_peak_memory_stats() if {guard} else None",
     ]
-    # Rewrites whose meaning changes without an accelerator say so, above their line.
-    assert f"{MARK} torch.Event has no CPU backend" in new
-    assert any("raise on a host without an accelerator" in note for note in notes)
+    assert notes == ()
+    assert (
+        f"{MARK} removed `torch.cuda.manual_seed_all(0)`: the torch.manual_seed above seeds "
+        "every device\n" in new
+    )
+    # The helpers it calls are defined in the file, with what they need imported.
+    assert "import time\n" in new
+    assert all(f"def {name}(" in new for name in ("_device_event", "_device_stream"))
+    assert "_current_stream" not in new
+    # And the result runs here, on a host without an accelerator, without torchdevice.
+    done = subprocess.run([sys.executable, "-c", new + "\nprint(used, index, n)"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": ""})  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "0 0 0\n"), done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_API))
+def test_the_patch_writes_what_the_report_advises(name: str) -> None:
+    """For every device API the table knows, the advice's code is the patch's code."""
+    rewrite = DEVICE_API[name]
+    api = f"torch.cuda.{name}"
+    call = f"{api}({rewrite.example})"
+    source = f"import torch\ndef f(index, stream, seed):\n    result = {call}\n"
+    if rewrite.form == "statement":
+        source = f"import torch\ndef f(index, stream, seed):\n    {call}\n"
+    elif rewrite.form == "context" or name == "stream":
+        source = f"import torch\ndef f(index, stream, seed):\n    with {call}:\n        pass\n"
+    new, notes = port_source(source, entries_for(source, (api, api + "(")))
+    entry = entries_for(source, (api, api + "("))[0]
+    advice = guide.advice(entry)
+    assert advice == rewrite.advice(api)
+    if rewrite.form == "none":
+        assert rewrite.why in advice
+        assert notes == (f"{api}(): {rewrite.why}",)
+        assert f"{api}(" in new  # left as it was, with the comment
+        return
+    code = advice.split("`")[1]
+    function = next(n for n in ast.parse(new).body if getattr(n, "name", "") == "f")
+    statement = function.body[0]
+    if rewrite.form == "statement":
+        assert ast.dump(statement) == ast.dump(ast.parse(code).body[0])
+    else:
+        expression = getattr(statement, "value", None) or statement.items[0].context_expr
+        assert ast.dump(expression) == ast.dump(ast.parse(code, mode="eval").body)
+    if rewrite.comment:
+        assert notes == (rewrite.why,)
 
 
 def test_what_has_no_equivalent_is_left_with_a_comment_saying_why() -> None:
@@ -343,7 +420,8 @@ def test_mps_first_code_and_aliases() -> None:
     )  # fmt: skip
     assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
         {GUARD_REMOVED.replace("CUDA", "MPS")}        x = torch.ones(1, device=device)
-        torch.get_device_module(device).synchronize()
+        if torch.accelerator.is_available():
+            torch.accelerator.synchronize()
         {MARK} a call of torch.cuda.synchronize under another name (`sync`): port it by hand
         sync()
         """)  # fmt: skip
@@ -441,6 +519,64 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
     assert done.stdout.startswith("diff --git a/t.py b/t.py\n")  # the script's print: stderr
     assert "+print(torch.ones(2).to(device).device)\n" in done.stdout
     assert "cpu" in done.stderr
+    # The run's report was a temporary file, deleted once read: stderr does not name it.
+    assert "migration report written to" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].endswith("torchdevice port: 1 file(s) changed, 0 skipped")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ('{"schema_version": 99, "entries": []}',
+         "migration report schema version 99 is newer than this torchdevice reads (1): "
+         "upgrade torchdevice"),
+        ("[1, 2]", "it is not a JSON object"),
+        ('{"entries": [{"file": "x.py"}]}', "missing field 'kind'"),
+        ('{"entries": [{"file": "x.py", "line": 1, "function": "f", "kind": "odd", "api": "a",'
+         ' "requested": "cuda", "decided": "cpu", "reason": "r", "count": 1}]}',
+         "unknown event kind 'odd' in a migration report entry"),
+    ],
+)  # fmt: skip
+def test_cli_port_refuses_a_report_it_cannot_read_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--report", str(report)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"torchdevice port: error: cannot read the report {str(report)!r}: {why}\n"
+
+
+def test_cli_port_says_when_the_report_has_no_entries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(MigrationReport("cpu host", ()).to_json(), encoding="utf-8")
+    assert cli.main(["port", "--report", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "torchdevice port: the report has no entries: the run asked for no device, so there "
+        "is nothing to port",
+        "torchdevice port: 0 file(s) changed, 0 skipped",
+    ]
+
+
+def test_an_f_string_without_fields_is_a_device_literal() -> None:
+    new, notes = port(
+        """\
+        import torch
+        x = torch.zeros(1, device=f"cuda:0")
+        y = torch.zeros(1, device=f"cuda:{x.numel()}")
+        """,
+        ("torch.zeros", "torch.zeros"),
+    )
+    assert "x = torch.zeros(1, device=device)\n" in new
+    assert notes == (
+        'the device here is `f"cuda:{x.numel()}"`, which the port cannot read: make it `device`',
+    )
 
 
 def test_cli_port_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:

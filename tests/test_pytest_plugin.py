@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchdevice.environment import BOOL_EXPECTED
 from torchdevice.report import MigrationReport, merge
 
 pytest_plugins = ("pytester",)
@@ -296,14 +297,63 @@ def test_merge_adds_counts_of_the_same_call_site() -> None:
     assert MigrationReport.from_dict(merged.to_dict()) == merged
 
 
-def test_a_bad_activate_variable_is_a_usage_error(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("ACTIVATE_TORCH_DEVICE", "maybe"), ("TORCH_ALLOW_REDIRECTS", "sure")],
+)
+def test_a_bad_activation_variable_is_a_usage_error_under_the_option(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
     """Not a crash at plugin load with a traceback: pytest's usage error, one line."""
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    monkeypatch.setenv("ACTIVATE_TORCH_DEVICE", "yes")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    monkeypatch.setenv(variable, value)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--torchdevice")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    expected = "ERROR: invalid ACTIVATE_TORCH_DEVICE='yes' from the environment*"
-    result.stderr.fnmatch_lines([expected])
-    assert "Traceback" not in result.stderr.str()
+    assert result.stderr.str().strip().splitlines() == [
+        f"ERROR: invalid {variable}={value!r} from the environment: {BOOL_EXPECTED}"
+    ]
+    assert result.stdout.str() == ""
+
+
+def test_a_bad_activation_variable_does_not_stop_a_run_without_the_option(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project that never asked for torchdevice (it may not even use torch) runs; the
+    variable is named in a configuration warning, and torchdevice stays off."""
+    pytester.makepyfile(
+        """
+        import sys
+
+        def test_no_torch_here():
+            assert "torch" not in sys.modules
+        """
+    )
+    monkeypatch.setenv("ACTIVATE_TORCH_DEVICE", "maybe")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*PytestConfigWarning: invalid ACTIVATE_TORCH_DEVICE='maybe' from the environment: "
+         "expected a boolean*; torchdevice stays off"]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("TORCHDEVICE_LOG_LEVEL", "LOUD", "Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
+        ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps' or 'cuda'"),
+        ("TORCHDEVICE_KEEP_CPU", "maybe", BOOL_EXPECTED),
+    ],
+)
+def test_a_bad_setting_is_a_usage_error_under_the_option(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
+    message: str,
+) -> None:  # fmt: skip
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    monkeypatch.setenv(variable, value)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--torchdevice")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().strip().splitlines() == [
+        f"ERROR: invalid {variable}={value!r} from the environment: {message}"
+    ]

@@ -13,6 +13,7 @@ import torch
 
 import torchdevice
 from torchdevice import SettingsError
+from torchdevice.environment import BOOL_EXPECTED, ENV_VARS
 from torchdevice.host import Host
 from torchdevice.settings import Settings, activation_requested, load_settings
 
@@ -154,10 +155,14 @@ def test_settings_are_frozen():
         pytest.param({"TORCH_ALLOW_REDIRECTS": "true"}, True, id="allow-true"),
         pytest.param({"TORCH_ALLOW_REDIRECTS": "TRUE"}, True, id="allow-TRUE"),
         pytest.param({"TORCH_ALLOW_REDIRECTS": "True"}, True, id="allow-True"),
-        pytest.param({"TORCH_ALLOW_REDIRECTS": "1"}, False, id="allow-1"),
-        pytest.param({"TORCH_ALLOW_REDIRECTS": "yes"}, False, id="allow-yes"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "1"}, True, id="allow-1"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": " yes "}, True, id="allow-yes"),
         pytest.param({"TORCH_ALLOW_REDIRECTS": "false"}, False, id="allow-false"),
+        pytest.param({"TORCH_ALLOW_REDIRECTS": "OFF"}, False, id="allow-OFF"),
         pytest.param({"TORCH_ALLOW_REDIRECTS": ""}, False, id="allow-empty"),
+        pytest.param({"ACTIVATE_TORCH_DEVICE": "true"}, True, id="activate-true"),
+        pytest.param({"ACTIVATE_TORCH_DEVICE": "On"}, True, id="activate-On"),
+        pytest.param({"ACTIVATE_TORCH_DEVICE": "no"}, False, id="activate-no"),
         pytest.param(
             {"ACTIVATE_TORCH_DEVICE": "0", "TORCH_ALLOW_REDIRECTS": "true"}, True, id="either"
         ),
@@ -170,14 +175,41 @@ def test_activation_requested(environ, expected):
     assert activation_requested(environ) is expected
 
 
-@pytest.mark.parametrize("raw", ["yes", "true", "2"])
-def test_activate_torch_device_other_values_are_an_error(raw):
+@pytest.mark.parametrize("variable", ["ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"])
+@pytest.mark.parametrize("raw", ["maybe", "2", "t", "y", "enable"])
+def test_activation_variables_other_values_are_an_error(variable, raw):
     with pytest.raises(SettingsError) as excinfo:
-        activation_requested({"ACTIVATE_TORCH_DEVICE": raw})
+        activation_requested({variable: raw})
     assert isinstance(excinfo.value, ValueError)
-    assert str(excinfo.value).startswith(
-        f"invalid ACTIVATE_TORCH_DEVICE={raw!r} from the environment: "
+    assert str(excinfo.value) == (
+        f"invalid {variable}={raw!r} from the environment: {BOOL_EXPECTED}"
     )
+
+
+#: Every boolean variable torchdevice reads, and how to read it back.
+BOOLEAN_VARIABLES = ["ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"] + [
+    variable for variable, field in ENV_VARS.items() if field in ("keep_cpu", "fallback",
+                                                                   "cuda_available")
+]  # fmt: skip
+
+
+def _read_bool(variable: str, raw: str) -> bool:
+    if variable in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"):
+        return activation_requested({variable: raw})
+    return getattr(load_settings({}, {variable: raw}), ENV_VARS[variable])
+
+
+@pytest.mark.parametrize("variable", BOOLEAN_VARIABLES)
+def test_every_boolean_variable_follows_one_rule(variable):
+    """The same words mean the same in every variable, and the same words are refused."""
+    for raw in ("1", "true", "TRUE", "Yes", " on "):
+        assert _read_bool(variable, raw) is True, raw
+    for raw in ("0", "false", "False", "NO", "off "):
+        assert _read_bool(variable, raw) is False, raw
+    for raw in ("t", "y", "2", "enabled"):
+        with pytest.raises(SettingsError, match=f"^invalid {variable}={raw!r} from the "):
+            _read_bool(variable, raw)
+    assert len(BOOLEAN_VARIABLES) == 5
 
 
 def test_activation_requested_reads_os_environ_by_default(monkeypatch):
@@ -215,7 +247,7 @@ IMPORT_CASES = {
     "activate": {"ACTIVATE_TORCH_DEVICE": "1"},
     "allow-TRUE": {"TORCH_ALLOW_REDIRECTS": "TRUE"},
     "neither": {},
-    "activate-yes": {"ACTIVATE_TORCH_DEVICE": "yes"},
+    "activate-maybe": {"ACTIVATE_TORCH_DEVICE": "maybe"},
 }
 
 
@@ -278,10 +310,10 @@ def test_without_the_variables_nothing_happens_at_import(imports):
 
 @pytest.mark.slow
 def test_invalid_activate_value_fails_the_import(imports):
-    returncode, stdout, stderr = imports["activate-yes"]
+    returncode, stdout, stderr = imports["activate-maybe"]
     assert returncode == 1
     assert stdout == ""
-    assert "torchdevice.errors.SettingsError: invalid ACTIVATE_TORCH_DEVICE='yes'" in stderr
+    assert "torchdevice.errors.SettingsError: invalid ACTIVATE_TORCH_DEVICE='maybe'" in stderr
 
 
 def test_defaults_need_no_pydantic():

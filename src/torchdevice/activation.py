@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, patches, report_parts, threads
+from torchdevice import ledger, mode, net, patches, report_parts, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
@@ -196,6 +196,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
+        net.install()  # below the mode: what reaches the dispatcher unseen (TorchScript)
         report_parts.start(_own_report)  # one report for the run's processes
         _install_distributed()
         return

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -36,7 +37,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.nn.parallel import DistributedDataParallel
 
-from torchdevice import ledger
+from torchdevice import ledger, nccl_forms
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
@@ -52,7 +53,7 @@ _ORIGINAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
 #: The collectives staged through CPU memory on hosts whose device gloo cannot take.
 _STAGED_FUNCTIONS = (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "reduce", "all_to_all_single",
+    "reduce_scatter_tensor", "reduce", "all_to_all_single", "all_to_all",
 )  # fmt: skip
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
@@ -103,6 +104,7 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
         if rt is None:
             return original(*args, **kwargs)
         bound = signature.bind_partial(*args, **kwargs)
+        backend = bound.arguments.get("backend")
         if "backend" in bound.arguments:
             bound.arguments["backend"] = _resolved(rt, bound.arguments["backend"], api)
         device_id = bound.arguments.get("device_id")
@@ -115,9 +117,22 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
                 f"gloo binds to no device; {rt.host.kind} host",
             )  # fmt: skip
         with torch._C.DisableTorchFunction():
-            return original(*bound.args, **bound.kwargs)
+            result = original(*bound.args, **bound.kwargs)
+        _mark_nccl(api, backend, bound.arguments.get("backend"), result)
+        return result
 
     return wrapper
+
+
+def _mark_nccl(api: str, requested: Any, resolved: Any, result: Any) -> None:
+    """Remember the group a script created for NCCL, so its collectives take NCCL's forms
+    (:mod:`torchdevice.nccl_forms`); a ``new_group`` without a backend inherits the
+    default group's."""
+    if requested is resolved or not dist.is_initialized():
+        if api.endswith("new_group") and requested is None and nccl_forms.is_nccl_group(None):
+            nccl_forms.mark(result)
+        return
+    nccl_forms.mark(c10d._get_default_group() if api.endswith("init_process_group") else result)
 
 
 init_process_group = _with_backend(_ORIGINAL_INIT, "torch.distributed.init_process_group")
@@ -168,60 +183,96 @@ class _Stage:
                 device_tensor.copy_(staged)
 
 
-class _DoneWork:
-    """What an ``async_op=True`` collective returns once staged: it already ran."""
+def _run_staged(
+    original: Callable[..., Any], api: str, device_type: str | None,
+    bound: inspect.BoundArguments,
+) -> Any:  # fmt: skip
+    """``original`` on ``bound``; on hosts that stage, with the device tensors copied to
+    the CPU and the results copied back in place (finished work for ``async_op=True``)."""
+    if device_type is None:
+        return original(*bound.args, **bound.kwargs)
+    stage = _Stage(device_type)
+    for key, value in bound.arguments.items():
+        bound.arguments[key] = stage.tree(value)
+    if not stage.pairs:
+        with torch._C.DisableTorchFunction():
+            return original(*bound.args, **bound.kwargs)
+    asked_async = bool(bound.arguments.get("async_op", False))
+    if "async_op" in inspect.signature(original).parameters:
+        bound.arguments["async_op"] = False
+    rt = active()
+    if rt is not None:
+        rt.note_event("redirect", api, device_type, "cpu", "gloo takes no device tensors: staged")
+    with torch._C.DisableTorchFunction():
+        original(*bound.args, **bound.kwargs)
+    group = bound.arguments.get("group") or c10d._get_default_group()
+    if group in c10d._world.pg_coalesce_state:  # recorded: it runs at the manager's exit
+        _PENDING.setdefault(group, []).append(stage)
+    else:
+        stage.back()
+    return nccl_forms.DoneWork([pair[0] for pair in stage.pairs]) if asked_async else None
 
-    def __init__(self, result: list[torch.Tensor]) -> None:
-        self._result = result
 
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def result(self) -> list[torch.Tensor]:
-        return self._result
-
-    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
-        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
-        future.set_result(self._result)
-        return future
+#: Stages of collectives a ``_coalescing_manager`` recorded, copied back at its exit.
+_PENDING: dict[dist.ProcessGroup, list[_Stage]] = {}
+_ORIGINAL_COALESCING = c10d._coalescing_manager
 
 
-def _staged_collective(name: str) -> Callable[..., Any]:
-    """Wrap the collective ``name`` so device tensors gloo cannot take stage through CPU."""
+@contextmanager
+def _coalescing_manager(
+    group: dist.ProcessGroup | None = None,
+    device: torch.device | None = None,
+    async_ops: bool = False,
+) -> Iterator[Any]:
+    """torch's ``_coalescing_manager``; on hosts that stage, the staged collectives it
+    recorded (which run at its exit, on the CPU copies) are copied back after it."""
+    if staging_device(active()) is None:
+        with _ORIGINAL_COALESCING(group, device, async_ops) as manager:
+            yield manager
+        return
+    key = group or c10d._get_default_group()
+    try:
+        with _ORIGINAL_COALESCING(group, device, async_ops) as manager:
+            yield manager
+        stages = _PENDING.get(key, [])
+        if stages:
+            manager.wait()  # with async_ops, the coalesced work must end before the copy
+        for stage in stages:
+            stage.back()
+    finally:
+        _PENDING.pop(key, None)
+
+
+def _runner(name: str, device_type: str | None) -> nccl_forms.Run:
+    """Run the collective ``name`` from bound arguments, as the host runs it."""
+    return functools.partial(
+        _run_staged, _ORIGINAL_COLLECTIVES[name], f"torch.distributed.{name}", device_type
+    )
+
+
+def _collective(name: str) -> Callable[..., Any]:
+    """Wrap the collective ``name``: on a group created for NCCL its NCCL-only forms are
+    rewritten into gloo's (:mod:`torchdevice.nccl_forms`), and device tensors gloo cannot
+    take stage through CPU memory."""
     original = _ORIGINAL_COLLECTIVES[name]
     signature = inspect.signature(original)
-    api = f"torch.distributed.{name}"
+    adapter = nccl_forms.ADAPTERS.get(name)
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        device_type = staging_device(active())
-        if device_type is None:
-            return original(*args, **kwargs)
-        bound = signature.bind_partial(*args, **kwargs)
-        stage = _Stage(device_type)
-        for key, value in bound.arguments.items():
-            bound.arguments[key] = stage.tree(value)
-        if not stage.pairs:
-            with torch._C.DisableTorchFunction():
-                return original(*bound.args, **bound.kwargs)
-        asked_async = bool(bound.arguments.get("async_op", False))
-        if "async_op" in signature.parameters:
-            bound.arguments["async_op"] = False
         rt = active()
-        if rt is not None:
-            rt.note_event(
-                "redirect", api, device_type, "cpu", "gloo takes no device tensors: staged"
-            )
-        with torch._C.DisableTorchFunction():
-            original(*bound.args, **bound.kwargs)
-        stage.back()
-        return _DoneWork([pair[0] for pair in stage.pairs]) if asked_async else None
+        if rt is None or rt.host.kind == "cuda":
+            return original(*args, **kwargs)
+        device_type = staging_device(rt)
+        bound = signature.bind_partial(*args, **kwargs)
+        if adapter is None or not nccl_forms.is_nccl_group(bound.arguments.get("group")):
+            if device_type is None:
+                return original(*args, **kwargs)
+            return _run_staged(original, f"torch.distributed.{name}", device_type, bound)
+        run = _runner(name, device_type)
+        if name == "all_to_all":
+            return adapter(run, bound, _runner("all_to_all_single", device_type))
+        return adapter(run, bound)
 
     return wrapper
 
@@ -231,18 +282,25 @@ def _native(name: str) -> Callable[..., Any]:
     own CPU tensors and ``torch.device("cpu")`` there (pickled objects, barrier options),
     which the policy would send to the accelerator that gloo cannot take."""
     original = _ORIGINAL_NATIVE[name]
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if staging_device(active()) is None:
             return original(*args, **kwargs)
+        if name == "barrier":
+            # NCCL picks the barrier's GPU from ``device_ids``; torch would bind gloo to
+            # the accelerator it cannot take, and gloo itself ignores them.
+            bound = signature.bind_partial(*args, **kwargs)
+            bound.arguments.pop("device_ids", None)
+            args, kwargs = bound.args, bound.kwargs
         with torch._C.DisableTorchFunction():
             return original(*args, **kwargs)
 
     return wrapper
 
 
-_STAGED = {name: _staged_collective(name) for name in _STAGED_FUNCTIONS}
+_STAGED = {name: _collective(name) for name in _STAGED_FUNCTIONS}
 _STAGED.update({name: _native(name) for name in _NATIVE_FUNCTIONS})
 
 
@@ -370,6 +428,7 @@ def install() -> None:
         ledger.set_attr(GROUP, owner, "new_group", new_group)
         for name, wrapper in _STAGED.items():
             ledger.set_attr(GROUP, owner, name, wrapper)
+        ledger.set_attr(GROUP, owner, "_coalescing_manager", _coalescing_manager)
     # Only the package's name: torch's own check (in distributed_c10d) must stay true.
     ledger.set_attr(GROUP, dist, "is_nccl_available", is_nccl_available)
     ledger.set_attr(GROUP, DistributedDataParallel, "__init__", _ddp_init)

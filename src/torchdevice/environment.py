@@ -12,7 +12,9 @@ from collections.abc import Mapping
 
 from torchdevice.errors import SettingsError
 
-__all__ = ["ENV_VARS", "activation_requested"]
+__all__ = [
+    "BOOL_EXPECTED", "ENV_VARS", "FALSE_WORDS", "TRUE_WORDS", "activation_requested", "parse_bool",
+]  # fmt: skip
 
 #: Environment variable -> settings field it fills (variables that only switch torchdevice
 #: on at import are read by :func:`activation_requested`).
@@ -26,19 +28,46 @@ ENV_VARS: Mapping[str, str] = {
 }
 
 
+#: The one spelling of a boolean in every variable torchdevice reads (any case, spaces
+#: stripped): ``ACTIVATE_TORCH_DEVICE``, ``TORCH_ALLOW_REDIRECTS`` and ``TORCHDEVICE_*``.
+TRUE_WORDS: frozenset[str] = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS: frozenset[str] = frozenset({"0", "false", "no", "off"})
+#: What an invalid boolean's message says is accepted.
+BOOL_EXPECTED = (
+    "expected a boolean: 1, true, yes or on to switch it on; 0, false, no or off (or unset) "
+    "to leave it off (any case)"
+)
+
+
+def parse_bool(raw: str, where: str) -> bool:
+    """``raw`` read as a boolean by the one rule every variable follows.
+
+    ``1``/``true``/``yes``/``on`` are true and ``0``/``false``/``no``/``off`` are false, in
+    any case and with surrounding spaces ignored (the words ``strtobool`` and pydantic
+    agree on); anything else raises :class:`SettingsError` naming ``where`` the value came
+    from, so that a typo never silently means "off". A variable set to the empty string
+    counts as unset (its default) before this is asked.
+    """
+    word = raw.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise SettingsError(f"invalid {where}: {BOOL_EXPECTED}")
+
+
 def activation_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the environment asks for redirection from import on.
 
-    ``ACTIVATE_TORCH_DEVICE=1`` or ``TORCH_ALLOW_REDIRECTS=true`` (any case) enable it;
-    ``ACTIVATE_TORCH_DEVICE`` set to anything but ``0``/``1``/empty is an error naming it,
-    while ``TORCH_ALLOW_REDIRECTS`` with any other value simply leaves torchdevice off.
+    ``ACTIVATE_TORCH_DEVICE`` and ``TORCH_ALLOW_REDIRECTS`` are booleans read by
+    :func:`parse_bool`: either one true enables; an invalid value of either is a
+    :class:`SettingsError` naming it.
     """
     environ = os.environ if environ is None else environ
-    activate = environ.get("ACTIVATE_TORCH_DEVICE", "").strip()
-    if activate not in ("", "0", "1"):
-        raise SettingsError(
-            f"invalid ACTIVATE_TORCH_DEVICE={activate!r} from the environment: expected '1' "
-            "to enable torchdevice at import, or '0'/unset to leave it off"
-        )
-    allow = environ.get("TORCH_ALLOW_REDIRECTS", "").strip().lower() == "true"
-    return activate == "1" or allow
+    requested = False
+    for variable in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"):
+        raw = environ.get(variable, "")
+        if raw.strip():  # empty is unset
+            where = f"{variable}={raw!r} from the environment"
+            requested = parse_bool(raw, where) or requested
+    return requested

@@ -8,8 +8,9 @@ any device with today's PyTorch (``torch.accelerator``, ``torch.Event``,
 end of a run: the user's own files first, grouped by file and line, then the libraries'
 call sites apart (a library that hard-codes ``"cuda"`` is worth knowing, but it is not a
 line the user wrote), and on a big run only the most frequent lines, the rest being in
-the JSON report. ``docs/porting.md`` is the same table for porting by hand;
-``torchdevice port`` turns it into a patch.
+the JSON report. The device-API rows come from :mod:`torchdevice.rewrites`, the
+table ``torchdevice port`` writes its patch from, so advice and patch say the same;
+``docs/porting.md`` is that table for porting by hand.
 """
 
 from __future__ import annotations
@@ -21,51 +22,16 @@ import sysconfig
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
+from torchdevice.rewrites import DEVICE_EXPRESSION, rewrite_for
+
 if TYPE_CHECKING:
     from torchdevice.report import Entry, MigrationReport
 
 __all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
 
 #: The one line that chooses the device, which every device argument then names.
-CHOOSE_DEVICE: Final = (
-    'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
-)
+CHOOSE_DEVICE: Final = f"device = {DEVICE_EXPRESSION}"
 _DEVICE_ARG: Final = "pass `device` (chosen once, as above)"
-
-#: Device-module calls with a device-agnostic equivalent (by the name the report gives).
-_DEVICE_API: Final[dict[str, str]] = {
-    "is_available": "torch.accelerator.is_available()",
-    "device_count": "torch.accelerator.device_count()",
-    "current_device": "torch.accelerator.current_device_index()",
-    "set_device": "torch.accelerator.set_device_index(index)",
-    "synchronize": "torch.get_device_module(device).synchronize() (torch.accelerator's "
-    "raises without an accelerator)",
-    "current_stream": "torch.accelerator.current_stream()",
-    "set_stream": "torch.accelerator.set_stream(stream)",
-    "Event": "torch.Event(...)",
-    "Stream": "torch.Stream(...)",
-    "empty_cache": "torch.accelerator.empty_cache()",
-    "memory_allocated": "torch.accelerator.memory_allocated()",
-    "max_memory_allocated": "torch.accelerator.max_memory_allocated()",
-    "memory_reserved": "torch.accelerator.memory_reserved()",
-    "max_memory_reserved": "torch.accelerator.max_memory_reserved()",
-    "memory_stats": "torch.accelerator.memory_stats()",
-    "reset_peak_memory_stats": "torch.accelerator.reset_peak_memory_stats()",
-    "mem_get_info": "torch.accelerator.get_memory_info()",
-    "get_device_capability": "torch.accelerator.get_device_capability()",
-    "manual_seed": "torch.manual_seed(seed) (seeds every device)",
-    "manual_seed_all": "torch.manual_seed(seed) (seeds every device)",
-    "seed": "torch.seed()",
-    "seed_all": "torch.seed()",
-    "initial_seed": "torch.initial_seed()",
-    "get_rng_state": "torch.get_device_module(device).get_rng_state()",
-    "set_rng_state": "torch.get_device_module(device).set_rng_state(state)",
-    "get_device_name": "torch.get_device_module(device).get_device_name() where the device "
-    "module has one (not torch.cpu): print `device` instead",
-    "get_device_properties": "torch.get_device_module(device).get_device_properties() on "
-    "accelerators; there is no device-agnostic form",
-    "device": "torch.accelerator.device_index(index) (a context manager)",
-}
 
 #: Other APIs the report names, by name.
 _APIS: Final[dict[str, str]] = {
@@ -117,11 +83,7 @@ def advice(entry: Entry) -> str:
     if entry.kind == "dtype":
         return "no change needed; MPS has no float64, so use float32 where the device is MPS"
     if entry.kind == "device-api":
-        name = entry.api.rsplit(".", 1)[-1]
-        found = _DEVICE_API.get(name)
-        if found is not None:
-            return f"`{found}`" if not found.startswith("torch.get_device_module") else found
-        return f"no device-agnostic equivalent of `{entry.api}`: keep it behind a device check"
+        return rewrite_for(entry.api).advice(entry.api)
     if _distributed(entry):
         return _APIS.get(entry.api, '`device_ids=[rank] if device.type == "cuda" else None`')
     if not _device_specific(entry.requested):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS, TRUE_WORDS
 from torchdevice.host import Host, forced_host
 from torchdevice.settings import FIELDS, LogLevel
 
@@ -62,6 +63,18 @@ class SettingsModel(BaseModel):
         """A host named by a string must be a host kind (the message lists them)."""
         if isinstance(value, str) and value not in ("cpu", "mps", "cuda"):
             raise ValueError("expected 'cpu', 'mps' or 'cuda'")
+        return value
+
+    @field_validator("keep_cpu", "cpu_override", "fallback", "cuda_available", mode="before")
+    @classmethod
+    def _one_boolean_rule(cls, value: object) -> object:
+        """A boolean given as text follows :func:`~torchdevice.environment.parse_bool`'s
+        rule (pydantic's own also takes ``t``/``y``...: one rule for every variable)."""
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word not in TRUE_WORDS and word not in FALSE_WORDS:
+                raise ValueError(BOOL_EXPECTED)
+            return word in TRUE_WORDS
         return value
 
     @field_validator("log_level", mode="before")

@@ -17,17 +17,18 @@ subcommand has its own ``--help``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from torchdevice import __version__
-from torchdevice.environment import activation_requested
+from torchdevice.environment import ENV_VARS, activation_requested
 from torchdevice.errors import SettingsError
-from torchdevice.host import Host, probe_host
+from torchdevice.host import Host, forced_host, probe_host
 from torchdevice.policy import decide
 from torchdevice.tools.options import split_leading
 
@@ -85,8 +86,11 @@ def _run(argv: Sequence[str], prog: str) -> int:
             parser.exit(2, f"{prog}: error: cannot write the report to {report_path}: "
                         f"{problem}\n")  # fmt: skip
     if ns.module:
-        launcher.run_module(ns.module, rest, options=options, report_path=report_path,
-                            quiet=ns.no_report)  # fmt: skip
+        try:
+            launcher.run_module(ns.module, rest, options=options, report_path=report_path,
+                                quiet=ns.no_report)  # fmt: skip
+        except launcher.LaunchError as exc:  # as `python -m nosuchmod`, but status 2
+            parser.exit(2, f"{prog}: error: {exc}\n")
     elif ns.script:
         if not Path(ns.script).exists():  # as `python missing.py`: a message, status 2
             parser.exit(2, f"{prog}: can't open file {os.path.abspath(ns.script)!r}: "
@@ -188,7 +192,6 @@ def _port_parser(prog: str) -> argparse.ArgumentParser:
 
 def _port(argv: Sequence[str], prog: str) -> int:
     import json  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
     from torchdevice.report import MigrationReport  # noqa: PLC0415
@@ -202,12 +205,15 @@ def _port(argv: Sequence[str], prog: str) -> int:
     ns = parser.parse_args(ours)
     if (ns.report is None) == (not rest):
         parser.error("give either --report REPORT.json or a SCRIPT to run, not both")
+    problem = None if ns.output is None else _unwritable(ns.output)
+    if problem:  # found now, not after the script ran
+        parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
     if ns.report is not None:
         try:
             raw = json.loads(ns.report.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             parser.exit(2, f"{prog}: error: cannot read the report {str(ns.report)!r}: {exc}\n")
-        report = MigrationReport.from_dict(raw)
+        report = _read_report(raw, ns.report, parser, prog)
     else:
         if not Path(rest[0]).exists():
             parser.exit(2, f"{prog}: can't open file {os.path.abspath(rest[0])!r}: "
@@ -216,10 +222,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
             path = Path(tmp) / "report.json"
             # A child runs it, through the launcher, as `torchdevice run` would: the script's
             # output goes to stderr so that stdout carries the patch alone.
-            done = subprocess.run(
-                [sys.executable, "-m", "torchdevice", "run", "--report", str(path), *rest],
-                stdout=2, check=False,
-            )  # fmt: skip
+            done = _run_for_report(path, rest)
             if not path.exists():
                 parser.exit(2, f"{prog}: error: the script wrote no report "
                             f"(exit status {done.returncode})\n")  # fmt: skip
@@ -227,6 +230,9 @@ def _port(argv: Sequence[str], prog: str) -> int:
                 print(f"{prog}: the script exited with status {done.returncode}; porting the "
                       "calls it made before that", file=sys.stderr)  # fmt: skip
             report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    if not report.entries:
+        print(f"{prog}: the report has no entries: the run asked for no device, so there is "
+              "nothing to port", file=sys.stderr)  # fmt: skip
     result = port_report(report, ns.root)
     for filename, why in result.skipped:
         print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
@@ -240,6 +246,38 @@ def _port(argv: Sequence[str], prog: str) -> int:
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
     return 0
+
+
+def _read_report(raw: Any, path: Path, parser: argparse.ArgumentParser, prog: str) -> Any:
+    """The report in ``raw``, or a one-line usage error naming ``path`` and what is wrong."""
+    from torchdevice.report import MigrationReport  # noqa: PLC0415
+
+    try:
+        if not isinstance(raw, dict):
+            raise ValueError("it is not a JSON object")
+        return MigrationReport.from_dict(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        parser.exit(2, f"{prog}: error: cannot read the report {str(path)!r}: {why}\n")
+
+
+def _run_for_report(path: Path, rest: Sequence[str]) -> Any:
+    """Run ``rest`` redirected in a child that writes its JSON report to ``path``.
+
+    The script's output goes to stderr, so that stdout carries the patch alone; the
+    child's line naming ``path`` (a temporary file, deleted once read) is left out.
+    """
+    import subprocess  # noqa: PLC0415
+
+    command = [sys.executable, "-m", "torchdevice", "run", "--report", str(path), *rest]
+    written = f"torchdevice: migration report written to {path}".encode()
+    with subprocess.Popen(command, stdout=2, stderr=subprocess.PIPE) as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            if line.rstrip(b"\r\n") != written:
+                sys.stderr.write(line.decode(errors="replace"))
+                sys.stderr.flush()
+    return child
 
 
 def _top_parser(prog: str) -> argparse.ArgumentParser:
@@ -259,11 +297,84 @@ def _version() -> str:
     return f"torchdevice {__version__} (Python {platform.python_version()})"
 
 
+def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each setting as an activation here would use it: name, value, and where it came from.
+
+    The environment variables are validated as ``enable()`` validates them (raises
+    :class:`~torchdevice.errors.SettingsError` naming the bad one).
+    """
+    from torchdevice.settings import FIELDS, load_settings  # noqa: PLC0415 - pydantic on demand
+
+    environ = os.environ if environ is None else environ
+    settings = load_settings({}, environ)
+    variables = {field: variable for variable, field in ENV_VARS.items()}
+    rows = []
+    for name in FIELDS:
+        variable = variables.get(name)
+        raw = environ.get(variable, "") if variable else ""
+        value = getattr(settings, name)
+        rows.append(
+            {
+                "name": name,
+                "value": str(value) if isinstance(value, (Path, Host)) else value,
+                "variable": variable,
+                "source": f"{variable} from the environment" if raw else "default",
+            }
+        )
+    return rows
+
+
 def _info(argv: Sequence[str], prog: str) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=_COMMANDS["info"].capitalize() + ".")
-    parser.parse_args(list(argv))
-    print(info())
+    parser.add_argument("--json", action="store_true", help="print it as one JSON object")
+    ns = parser.parse_args(list(argv))
+    try:  # what an activation here would refuse, refused here too: one line, status 2
+        rows = effective_settings()
+    except SettingsError as exc:
+        parser.exit(2, f"{prog}: error: {exc}\n")
+    forced = next(row["value"] for row in rows if row["name"] == "host")
+    host = forced_host(forced) if forced else probe_host()
+    if ns.json:
+        print(json.dumps(info_dict(host, rows), indent=2))
+        return 0
+    print(info(host))
+    print("")
+    print("settings (argument > environment > default; see docs/getting-started.md):")
+    for row in rows:
+        value = "unset" if row["value"] is None else row["value"]
+        print(f"  {row['name']:<15} {value!s:<8} {row['source']}")
+    print(f"  enabled at import: {'yes' if activation_requested() else 'no'} "
+          "(ACTIVATE_TORCH_DEVICE, TORCH_ALLOW_REDIRECTS)")  # fmt: skip
     return 0
+
+
+def info_dict(host: Host, settings: list[dict[str, Any]]) -> dict[str, Any]:
+    """``torchdevice info --json``: what :func:`info` shows, and the settings."""
+    import torch  # noqa: PLC0415
+
+    policy = []
+    for request in _REQUESTS:
+        try:
+            decision = decide(request, host)
+        except (RuntimeError, TypeError) as exc:
+            policy.append({"request": request, "error": str(exc)})
+        else:
+            policy.append({"request": request, "device": str(decision.device),
+                           "action": decision.action, "reason": decision.reason})  # fmt: skip
+    return {
+        "torchdevice": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "host": {
+            "kind": host.kind,
+            "device_count": host.device_count,
+            "device_names": list(host.device_names),
+        },
+        "policy": policy,
+        "settings": settings,
+        "enabled_at_import": activation_requested(),
+    }
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:

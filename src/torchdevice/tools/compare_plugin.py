@@ -20,6 +20,11 @@ format depends on ``-q``/``-v``/xdist):
 
 Under pytest-xdist only the controller writes: the workers' reports reach it as usual.
 Without ``TORCHDEVICE_COMPARE_LOG`` the plugin does nothing.
+
+With ``TORCHDEVICE_COMPARE_CHECK=1`` instead, the run only checks its command line: pytest
+parses the arguments and loads the initial ``conftest.py`` files (which may add options),
+then the plugin skips collection, so no test module is imported and no test runs. compare
+runs this first, so that a usage error stops it before either real run starts.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from typing import IO, Any
 
 import pytest
 
-__all__ = ["ENV_VAR", "first_line", "pytest_configure", "pytest_unconfigure"]
+__all__ = ["CHECK_VAR", "ENV_VAR", "first_line", "pytest_configure", "pytest_unconfigure"]
 
 #: Where the JSON lines go; set by ``torchdevice compare`` for its children.
 ENV_VAR = "TORCHDEVICE_COMPARE_LOG"
+#: Set to ``1`` for the command-line check run (see the module's docstring).
+CHECK_VAR = "TORCHDEVICE_COMPARE_CHECK"
 
 
 def first_line(text: str) -> str:
@@ -157,8 +164,20 @@ class _XdistHooks:
 _RECORDER = pytest.StashKey[_Recorder]()
 
 
+class _CheckOnly:
+    """The check run: the arguments parsed, nothing collected."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> bool:
+        """Collect nothing: no test module is imported (a result stops the other hooks)."""
+        return True
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Start recording in the controller (or a plain run) when compare asked for it."""
+    if os.environ.get(CHECK_VAR) == "1":
+        config.pluginmanager.register(_CheckOnly(), "torchdevice-compare-check")
+        return
     path = os.environ.get(ENV_VAR)
     if not path or hasattr(config, "workerinput"):
         return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import importlib.machinery
+import importlib.util
 import io
 import os
 import runpy
@@ -26,7 +27,7 @@ from typing import Any, TextIO
 
 from torchdevice import activation, report_parts
 
-__all__ = ["run_module", "run_script"]
+__all__ = ["LaunchError", "run_module", "run_script"]
 
 
 @contextmanager
@@ -57,18 +58,50 @@ def _emit_report(report_path: Path | None, stream: TextIO) -> None:
         print(report.to_text(), file=stream)
 
 
-#: torchdevice's own files (the whole package, not only this module's folder) and runpy's.
+#: torchdevice's own files (the whole package, not only this module's folder) and runpy's
+#: (a frozen module on 3.11+: its frames name ``<frozen runpy>``).
 _OWN_FILES = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
     runpy.__file__,
+    "<frozen runpy>",
 )
 
 
+class LaunchError(Exception):
+    """What stops a run before the script starts (no such module): a usage error."""
+
+
 def _script_traceback(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without the launcher's and runpy's frames: what a direct run would show."""
+    """``tb`` without the launcher's and runpy's frames: what a direct run would show.
+
+    A traceback that reached the top of the process starts with the frames that led to
+    the launcher (runpy's, the console script's): they go up to :func:`_run`'s, then
+    torchdevice's and runpy's own frames up to the script's first.
+    """
+    start = tb
+    while start is not None and start.tb_frame.f_code is not _run.__code__:
+        start = start.tb_next
+    tb = tb if start is None else start
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
         tb = tb.tb_next
     return tb
+
+
+def _show_script_frames_only() -> None:
+    """Make ``sys.excepthook`` print an exception reaching the top with the script's frames.
+
+    For ``KeyboardInterrupt``, which must leave the process the way Python's own handling
+    does (printed, ``atexit`` handlers run, then death by ``SIGINT``: status 130 in a
+    shell), so the exception itself goes on up; only what is printed is trimmed.
+    """
+    hook = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException,
+                   tb: TracebackType | None) -> None:  # fmt: skip
+        tb = _script_traceback(tb)
+        hook(kind, value.with_traceback(tb), tb)
+
+    sys.excepthook = excepthook
 
 
 def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
@@ -81,7 +114,8 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
     ``atexit`` handler, so it comes after the interpreter has joined those threads and
     counts what they redirected. An uncaught exception goes to ``sys.excepthook`` with
     the script's own frames only and ends the process with status 1, as the interpreter
-    does; ``SystemExit`` and ``KeyboardInterrupt`` pass through untouched.
+    does; ``SystemExit`` passes through untouched, and so does ``KeyboardInterrupt``,
+    printed with the script's frames only.
     """
     activation.enable(**options)
     if not quiet:
@@ -94,6 +128,9 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
         tb = _script_traceback(exc.__traceback__)
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        _show_script_frames_only()
+        raise
 
 
 def _exec_main(filename: str) -> None:
@@ -159,9 +196,39 @@ def run_module(
     report_path: Path | None = None,
     quiet: bool = False,
 ) -> None:
-    """Run ``python -m module args`` redirected; report at the end."""
+    """Run ``python -m module args`` redirected; report at the end.
+
+    A module that cannot be found raises :class:`LaunchError` before anything runs (and
+    nothing is reported). It is looked up once redirection is on: finding ``pkg.mod``
+    imports ``pkg``, whose code must run redirected as the module's does.
+    """
+    activation.enable(**(options or {}))
+    problem = _module_problem(module)
+    if problem is not None:
+        raise LaunchError(problem)
     argv = [module, *args]  # runpy replaces argv[0] with the module's file
     _run(
         lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
         argv, os.getcwd(), options or {}, report_path, quiet,
     )  # fmt: skip
+
+
+def _module_problem(module: str) -> str | None:
+    """Why ``python -m module`` would not start, in runpy's words (``None``: it would)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:  # a parent package that is missing or fails
+        return (
+            f"Error while finding module specification for {module!r} ({type(exc).__name__}: {exc})"
+        )
+    if spec is None:
+        return f"No module named {module}"
+    if spec.submodule_search_locations is not None:  # a package runs its __main__
+        main = f"{module}.__main__"
+        if module == "__main__" or module.endswith(".__main__"):
+            return "Cannot use package as __main__ module"
+        if _module_problem(main) is not None:
+            return (
+                f"No module named {main}; {module!r} is a package and cannot be directly executed"
+            )
+    return None

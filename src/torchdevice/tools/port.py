@@ -28,6 +28,7 @@ from pathlib import Path
 
 from torchdevice.guide import origin
 from torchdevice.report import Entry, MigrationReport
+from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, HELPERS, helper_closure, rewrite_for
 
 __all__ = [
     "DEVICE_EXPRESSION",
@@ -39,11 +40,6 @@ __all__ = [
     "unified_diff",
 ]
 
-#: The one device a ported file uses: the accelerator this host has, else the CPU.
-DEVICE_EXPRESSION = (
-    'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
-)
-
 #: Prefix of every comment the port writes.
 MARK = "# torchdevice port:"
 
@@ -52,70 +48,6 @@ _DEVICE_NAMES = ("device", "target_device", "torch_device")
 
 #: A device a string literal names that the port replaces by the device variable.
 _DEVICE_LITERAL = re.compile(r"(cuda|mps|xpu)(:\d+)?")
-
-#: ``torch.cuda.X`` -> its device-agnostic replacement (``{device}``: the device variable).
-_FACADE_FUNCTIONS: dict[str, str] = {
-    "is_available": "torch.accelerator.is_available",
-    "device_count": "torch.accelerator.device_count",
-    "current_device": "torch.accelerator.current_device_index",
-    "set_device": "torch.accelerator.set_device_index",
-    "device": "torch.accelerator.device_index",
-    # torch.accelerator.synchronize() raises on a host without an accelerator; the device
-    # module of the chosen device (torch.cpu there) synchronizes everywhere.
-    "synchronize": "torch.get_device_module({device}).synchronize",
-    "memory_allocated": "torch.accelerator.memory_allocated",
-    "max_memory_allocated": "torch.accelerator.max_memory_allocated",
-    "memory_reserved": "torch.accelerator.memory_reserved",
-    "max_memory_reserved": "torch.accelerator.max_memory_reserved",
-    "memory_stats": "torch.accelerator.memory_stats",
-    "empty_cache": "torch.accelerator.empty_cache",
-    "reset_peak_memory_stats": "torch.accelerator.reset_peak_memory_stats",
-    "reset_accumulated_memory_stats": "torch.accelerator.reset_accumulated_memory_stats",
-    "mem_get_info": "torch.accelerator.get_memory_info",
-    "current_allocated_memory": "torch.accelerator.memory_allocated",  # torch.mps
-    "manual_seed": "torch.manual_seed",
-    "manual_seed_all": "torch.manual_seed",
-    "seed": "torch.seed",
-    "seed_all": "torch.seed",
-    "initial_seed": "torch.initial_seed",
-    "Event": "torch.Event",
-    "Stream": "torch.Stream",
-    "current_stream": "torch.accelerator.current_stream",
-    "set_stream": "torch.accelerator.set_stream",
-}
-
-#: Facade calls rewritten, whose meaning changes off the accelerator: the note says how.
-_FACADE_CAVEATS: dict[str, str] = {
-    "memory": "torch.accelerator's memory statistics raise on a host without an "
-    "accelerator; guard with torch.accelerator.is_available() if this must run on the CPU",
-    "current_device": "torch.accelerator.current_device_index() raises on a host without "
-    "an accelerator",
-    "set_device": "torch.accelerator.set_device_index() raises on a host without an accelerator",
-    "device": "torch.accelerator.device_index() raises on a host without an accelerator",
-    "Event": "torch.Event has no CPU backend: timing with events needs an accelerator",
-    "current_stream": "torch.accelerator.current_stream() raises on a host without an accelerator",
-    "set_stream": "torch.accelerator.set_stream() raises on a host without an accelerator",
-}
-
-#: ``torch.cuda.X`` with no device-agnostic equivalent: why, for the comment.
-_FACADE_NO_EQUIVALENT: dict[str, str] = {
-    "get_device_properties": "device properties (total_memory, multi_processor_count, "
-    "major/minor) have no device-agnostic API",
-    "get_device_capability": "a compute capability is CUDA's notion; there is no "
-    "device-agnostic one",
-    "is_bf16_supported": "bfloat16 support has no device-agnostic query",
-    "memory_summary": "memory_summary() is CUDA's allocator report; no device-agnostic one",
-    "get_rng_state": "per-device RNG state: torch.get_device_module(device).get_rng_state "
-    "where the device module has one (the CPU's is torch.get_rng_state)",
-    "set_rng_state": "per-device RNG state: torch.get_device_module(device).set_rng_state "
-    "where the device module has one (the CPU's is torch.set_rng_state)",
-}
-
-_MEMORY = frozenset(
-    {"memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-     "memory_stats", "empty_cache", "reset_peak_memory_stats",
-     "reset_accumulated_memory_stats", "mem_get_info", "current_allocated_memory"}
-)  # fmt: skip
 
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
@@ -228,6 +160,9 @@ def _dotted(node: ast.AST) -> str:
 
 def _is_device_literal(node: ast.AST) -> bool:
     """``"cuda"``, ``"cuda:0"``, ``0`` or ``torch.device("cuda"[, 0])``: a device we replace."""
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+        return _DEVICE_LITERAL.fullmatch(text) is not None  # f"cuda:0": a literal all the same
     if isinstance(node, ast.Constant):
         if isinstance(node.value, str):
             return _DEVICE_LITERAL.fullmatch(node.value) is not None
@@ -253,7 +188,7 @@ class _Porter:
         self.edits: list[_Edit] = []
         self.notes: dict[int, list[str]] = {}  # statement's first line -> comments
         self.uses_device = False
-        self.caveats: set[str] = set()
+        self.helpers: set[str] = set()
         self.module_binding: ast.Assign | None = None
         self.var = self._choose_name()
 
@@ -347,6 +282,10 @@ class _Porter:
                 self.replace(node, self.device() + ".type")
         elif isinstance(node, ast.Constant) and node.value in ("cpu", None):
             pass  # asks for the CPU: already device-agnostic code
+        elif not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+            suffix = " (its .type)" if as_type else ""
+            self.note(node, f"the device here is `{self.src.segment(node)}`, which the port "
+                      f"cannot read: make it `{self.device()}`{suffix}")  # fmt: skip
         else:  # the comment names the device variable, so the file gets one to use
             self.note(
                 node,
@@ -530,28 +469,75 @@ class _Porter:
                       f"torch.distributed.get_default_backend_for_device({self.var})")  # fmt: skip
 
     def port_facade(self, api: str, call: ast.Call) -> None:
+        """A device-module call, by :data:`torchdevice.rewrites.DEVICE_API` (the table the
+        report's advice reads too)."""
         name = api.split(".", 2)[2]
         if name == "is_available" and self.port_guard(call, api.split(".")[1].upper()):
             return
-        if name == "stream" and len(call.args) == 1 and not call.keywords:
-            self.replace(call, self.src.segment(call.args[0]))  # a torch.Stream is a context
-            return
-        if name == "get_device_name":
-            self.replace(call, f"str({self.device()})")
-            self.note(call, "device names have no device-agnostic API: this shows the device")
-            return
-        replacement = _FACADE_FUNCTIONS.get(name)
-        if replacement is None:
-            why = _FACADE_NO_EQUIVALENT.get(name, "no device-agnostic equivalent")
+        rewrite = rewrite_for(api)
+        form = rewrite.form
+        if form == "expression" and name == "stream" and (len(call.args) != 1 or call.keywords):
+            form = "none"  # torch.cuda.stream(None) or keywords: no plain stream to enter
+        if form == "none":
+            why = rewrite.why if rewrite.form == "none" else "a stream given by keyword"
             self.note(call, f"{api}(): {why}")
             return
-        if "{device}" in replacement:
-            replacement = replacement.format(device=self.device())
-        self.replace(call.func, replacement)
-        caveat = _FACADE_CAVEATS.get("memory" if name in _MEMORY else name)
-        if caveat and caveat not in self.caveats:  # once per file, at its first use
-            self.caveats.add(caveat)
-            self.note(call, caveat)
+        if rewrite.comment:
+            self.note(call, rewrite.why)
+        if form == "expression":
+            self.replace(call, rewrite.code(self._arguments(call), self.device()))
+            return
+        if name in ("manual_seed", "manual_seed_all") and self._seeded_before(call):
+            self.remove_statement(self.src.statement(call), f"removed `{self.src.segment(call)}`: "
+                                  "the torch.manual_seed above seeds every device")  # fmt: skip
+            return
+        self.replace(call.func, rewrite.target)
+        if form == "helper":
+            self.helpers.add(rewrite.target)
+        elif form == "context" and call.args:
+            self.insert(self.src.start(call.args[0]), "(")
+            self.insert(self.src.end(call.args[0]), f") if {GUARD} else None")
+        elif form == "statement" and self._alone(call):
+            indent = self.src.indent(call.lineno)
+            self.insert(self.src.start(call), f"if {GUARD}:\n{indent}    ")
+        elif form in ("guarded", "statement"):
+            self.insert(self.src.start(call), "(")
+            self.insert(self.src.end(call), f" if {GUARD} else {rewrite.neutral})")
+
+    def _arguments(self, call: ast.Call) -> str:
+        """The text between a call's parentheses."""
+        return self.src.data[self.call_paren(call) : self.src.end(call) - 1].decode("utf-8")
+
+    def _alone(self, call: ast.Call) -> bool:
+        """Whether ``call`` is a whole statement on lines of its own (not ``a; b``, not
+        the body of a one-line ``if``)."""
+        statement = self.src.statement(call)
+        if not (isinstance(statement, ast.Expr) and statement.value is call):
+            return False
+        first, last = statement.lineno, statement.end_lineno or statement.lineno
+        before = self.src.data[self.src.line_start(first) : self.src.start(statement)]
+        after = self.src.data[self.src.end(statement) : self.src.line_start(last + 1)]
+        return not before.strip() and not after.split(b"#", 1)[0].strip()
+
+    def _seeded_before(self, call: ast.Call) -> bool:
+        """Whether the statement before ``call``'s is ``torch.manual_seed`` of the same
+        arguments: the rewrite would repeat it."""
+        statement = self.src.statement(call)
+        if not (isinstance(statement, ast.Expr) and statement.value is call):
+            return False
+        parent = self.src.parents.get(statement)
+        body = next((getattr(parent, name) for name in ("body", "orelse", "finalbody")
+                     if statement in getattr(parent, name, ())), [])  # fmt: skip
+        index = body.index(statement)
+        if index == 0:
+            return False
+        previous = body[index - 1]
+        return (
+            isinstance(previous, ast.Expr)
+            and isinstance(previous.value, ast.Call)
+            and _dotted(previous.value.func) == "torch.manual_seed"
+            and self._arguments(previous.value).strip() == self._arguments(call).strip()
+        )
 
     def port_guard(self, call: ast.Call, what: str) -> bool:
         """Remove ``if not torch.cuda.is_available(): sys.exit(...)`` (or ``raise``).
@@ -595,8 +581,9 @@ class _Porter:
 
     def finish(self) -> list[_Edit]:
         """The edits, without overlaps, with the device binding and the comments added."""
-        if self.uses_device and self.module_binding is None:
-            self.edits.append(self._device_binding())
+        preamble = self._preamble()
+        if preamble is not None:
+            self.edits.append(preamble)
         for line, notes in self.notes.items():
             offset = self.src.line_start(line)
             indent = self.src.indent(line)
@@ -622,31 +609,37 @@ class _Porter:
             accepted.append(edit)
         return accepted
 
-    def _device_binding(self) -> _Edit:
-        """``device = ...`` after the module's leading imports (and ``import torch``)."""
+    def _preamble(self) -> _Edit | None:
+        """``device = ...`` and the helpers, after the module's leading imports (with
+        ``import torch`` and the helpers' imports where the file lacks them)."""
+        binding = self.uses_device and self.module_binding is None
+        helpers, imports = helper_closure(self.helpers)
+        if not binding and not helpers:
+            return None
         body = self.src.tree.body
         last_import: ast.stmt | None = None
-        has_torch = False
+        imported: set[str] = set()
         for statement in body:
             if isinstance(statement, (ast.Import, ast.ImportFrom)):
                 last_import = statement
-                if isinstance(statement, ast.Import) and any(
-                    alias.name == "torch" and alias.asname is None for alias in statement.names
-                ):
-                    has_torch = True
+                if isinstance(statement, ast.Import):
+                    imported.update(f"import {alias.name}" for alias in statement.names
+                                    if alias.asname is None)  # fmt: skip
             elif (
                 not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
                 and last_import is not None
             ):
                 break
-        text = ("import torch\n" if not has_torch else "") + f"\n{self.var} = {DEVICE_EXPRESSION}\n"
+        needed = [line for line in ("import torch", *imports) if line not in imported]
+        text = "".join(f"{line}\n" for line in needed)
+        if binding:
+            text += f"\n{self.var} = {DEVICE_EXPRESSION}\n"
+        if helpers:
+            text += "".join(f"\n\n{HELPERS[name]}" for name in helpers) + "\n\n"
         if last_import is None:
             return _Edit(0, 0, text.lstrip("\n") + "\n")
-        return _Edit(
-            self.src.line_start((last_import.end_lineno or last_import.lineno) + 1),
-            self.src.line_start((last_import.end_lineno or last_import.lineno) + 1),
-            text,
-        )
+        after = self.src.line_start((last_import.end_lineno or last_import.lineno) + 1)
+        return _Edit(after, after, text)
 
 
 def _calls_of(source: _Source, entry: Entry) -> Iterator[ast.Call]:

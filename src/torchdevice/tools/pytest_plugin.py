@@ -149,8 +149,19 @@ def _start(config: pytest.Config) -> None:
         return
     state.saved_env = os.environ.get(_ENV, _UNSET)
     os.environ[_ENV] = "1"  # xdist workers and subprocesses import torchdevice enabled
-    _activation().enable()
+    try:
+        _activation().enable()
+    except SettingsError as exc:  # a bad TORCHDEVICE_* value: one line, before any test
+        _restore_env(state)
+        raise pytest.UsageError(str(exc)) from None
     state.enabled = True
+
+
+def _restore_env(state: _State) -> None:
+    if state.saved_env == _UNSET:
+        os.environ.pop(_ENV, None)
+    else:
+        os.environ[_ENV] = state.saved_env
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -159,14 +170,24 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
     A suite's root ``conftest.py`` often imports its test utilities, whose module-level
     ``torch.cuda.is_available()`` answers decide which tests skip: they must see the
-    redirected answers, so ``pytest_configure`` would be too late. A bad
-    ``ACTIVATE_TORCH_DEVICE`` is a usage error here, before any test runs.
+    redirected answers, so ``pytest_configure`` would be too late.
+
+    A bad ``ACTIVATE_TORCH_DEVICE``/``TORCH_ALLOW_REDIRECTS`` is a usage error here under
+    ``--torchdevice``, before any test runs. Without it, the plugin is only loaded because
+    torchdevice is installed: a project that may never import torch must not be stopped by
+    a variable meant for torchdevice, so the run goes on natively with a
+    ``PytestConfigWarning`` that names the variable (``-W error`` makes it an error).
     """
+    requested = early_config.known_args_namespace.torchdevice_enabled
     try:
         activation_requested()
     except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if early_config.known_args_namespace.torchdevice_enabled:
+        if requested:
+            raise pytest.UsageError(str(exc)) from None
+        early_config.issue_config_time_warning(
+            pytest.PytestConfigWarning(f"{exc}; torchdevice stays off"), stacklevel=2
+        )
+    if requested:
         _start(early_config)
 
 
@@ -188,10 +209,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state is None or not state.enabled:
         return
     _activation().disable()
-    if state.saved_env == _UNSET:
-        os.environ.pop(_ENV, None)
-    else:
-        os.environ[_ENV] = state.saved_env
+    _restore_env(state)
     state.enabled = False
 
 

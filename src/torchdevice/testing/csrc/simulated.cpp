@@ -185,6 +185,20 @@ struct DeviceGenerator final : at::CPUGeneratorImpl {
     key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
   }
 
+  // A Mersenne Twister has no Philox offset; pickling asks for one on every non-CPU device,
+  // so the offset reads 0 and only 0 can be set back.
+  uint64_t get_offset() const override {
+    return 0;
+  }
+
+  void set_offset(uint64_t offset) override {
+    TORCH_CHECK(
+        offset == 0,
+        c10::get_privateuse1_backend(),
+        " generators are Mersenne Twisters, which have no offset; got ",
+        offset);
+  }
+
  private:
   DeviceGenerator* clone_impl() const override {
     auto* copy = new DeviceGenerator();

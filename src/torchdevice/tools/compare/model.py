@@ -104,6 +104,8 @@ class Comparison:
     redirected: RunResult
     pytest_args: list[str]
     host: str = ""
+    #: The run that Ctrl-C stopped (``"native"`` or ``"redirected"``): the results are partial.
+    interrupted: str | None = None
 
     def rows(self) -> list[tuple[str, TestResult, TestResult, Category]]:
         """Every node id seen in either run, sorted, with both results and the category."""
@@ -126,6 +128,7 @@ class Comparison:
             "format": _FORMAT,
             "pytest_args": self.pytest_args,
             "host": self.host,
+            "interrupted": self.interrupted,
             "runs": {"native": self.native.as_dict(), "redirected": self.redirected.as_dict()},
             "tests": [
                 {

@@ -41,6 +41,13 @@ def render_markdown(comparison: Comparison) -> str:
         f"- host: {comparison.host or 'unknown'}",
         f"- exit status: native {comparison.native.exit_code}, "
         f"redirected {comparison.redirected.exit_code}",
+    ]
+    if comparison.interrupted is not None:
+        lines.append(
+            f"- **interrupted** (Ctrl-C) during the {comparison.interrupted} run: the results "
+            "below are only the tests that finished"
+        )
+    lines += [
         "",
         "## Totals",
         "",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,12 +15,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+import psutil
+
+from torchdevice.errors import SettingsError
 from torchdevice.tools.compare.model import RunResult, TestResult, compare_runs
 from torchdevice.tools.compare.render import rate, write
-from torchdevice.tools.compare_plugin import ENV_VAR
+from torchdevice.tools.compare_plugin import CHECK_VAR, ENV_VAR
 from torchdevice.tools.options import split_leading
 
-__all__ = ["main", "read_results", "run_pytest"]
+__all__ = ["Interrupted", "check_arguments", "main", "read_results", "run_pytest"]
 
 #: Variables that would switch torchdevice on in the native run.
 _ACTIVATION_VARS = ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
@@ -89,10 +94,48 @@ class _Progress:
         self.stream.flush()
 
 
-def _child_env(log: Path) -> dict[str, str]:
+def _child_env(log: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _ACTIVATION_VARS}
-    env[ENV_VAR] = str(log)
+    if log is None:
+        env[CHECK_VAR] = "1"
+    else:
+        env[ENV_VAR] = str(log)
     return env
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: ``run`` holds what that run finished before it was stopped."""
+
+    def __init__(self, run: RunResult) -> None:
+        super().__init__(run.label)
+        self.run = run
+
+
+def _stop(child: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """End ``child`` and everything it started, gently first.
+
+    A Ctrl-C at a terminal reaches the child too, which then ends by itself; when only
+    this process was signalled, the child gets the ``SIGINT`` pytest handles (it prints
+    its summary and ends its xdist workers). Whatever is still running after
+    ``grace_s``, or at a second Ctrl-C, is killed, the child's own children included.
+    """
+    try:
+        try:
+            child.wait(timeout=1.0)
+            return
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGINT)
+        child.wait(timeout=grace_s)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        try:
+            family = psutil.Process(child.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
+        for process in [*family]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        child.kill()
+        child.wait()
 
 
 def run_pytest(
@@ -123,26 +166,63 @@ def run_pytest(
     run = RunResult(label, command)
     display = _Progress(progress, label)
     started = time.monotonic()
+    interrupted = False
     with (
         (output / f"{label}.log").open("w", encoding="utf-8") as out,
         log.open(encoding="utf-8") as feed,
     ):
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_child_env(log))
         buffered = ""
-        while True:
-            done = child.poll() is not None
-            buffered += feed.read()
-            *complete, buffered = buffered.split("\n")
-            read_results(complete, run)
-            display.update(run)
-            if done:
-                break
-            time.sleep(poll_s)
-        read_results([buffered], run)
+        try:
+            while True:
+                done = child.poll() is not None
+                buffered += feed.read()
+                *complete, buffered = buffered.split("\n")
+                read_results(complete, run)
+                display.update(run)
+                if done:
+                    break
+                time.sleep(poll_s)
+        except KeyboardInterrupt:
+            _stop(child)
+            interrupted = True
+            buffered += feed.read()  # what the child wrote while it was being stopped
+        read_results(buffered.split("\n"), run)
     run.exit_code = child.returncode
     run.duration_s = time.monotonic() - started
     display.finish(run)
+    if interrupted:
+        raise Interrupted(run)
     return run
+
+
+def check_arguments(pytest_args: Sequence[str]) -> tuple[int, str]:
+    """Let pytest parse ``pytest_args`` without collecting; its status and output.
+
+    Status 4 is a usage error (an unknown option, a bad value): compare stops before
+    running anything. It runs as the native run will, with the initial ``conftest.py``
+    files that may add options, and imports no test module.
+    """
+    command = [sys.executable, "-m", "pytest", "-p", "torchdevice.tools.compare_plugin"]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        command += ["-p", "torchdevice.tools.pytest_plugin"]
+    command += ["--collect-only", "-q", "-p", "no:cacheprovider", *pytest_args]
+    done = subprocess.run(
+        command, env=_child_env(None), capture_output=True, text=True, check=False
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def _usage_line(output: str) -> str:
+    """pytest's own error line (``ERROR: ...`` or argparse's ``...: error: ...``)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:  # argparse's line comes after pytest's "ERROR: usage: ..."
+        if ": error: " in line:
+            return line.split(": error: ", 1)[1]
+    for line in lines:
+        if line.startswith("ERROR: "):
+            return line.removeprefix("ERROR: ")
+    return lines[-1] if lines else "pytest rejected its arguments"
 
 
 def _host(output: Path) -> str:
@@ -182,14 +262,49 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
-    """``torchdevice compare``: both runs, the reports, a summary; the exit status above."""
+    """``torchdevice compare``: both runs, the reports, a summary; the exit status above.
+
+    Usage errors (ours, a bad ``TORCHDEVICE_*`` value, or pytest's own about its
+    arguments) are one line and status 2 before either run starts. Ctrl-C stops the
+    running child (and its children), writes ``compare.md``/``compare.json`` with what
+    finished, and ends with status 130.
+    """
+    from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
+
     ours, pytest_args = _split(list(argv))
-    ns = _parser(prog).parse_args(ours)
+    parser = _parser(prog)
+    ns = parser.parse_args(ours)
     output: Path = ns.output
+    try:  # the redirected run would stop on it, after the native one ran in full
+        load_settings()
+    except SettingsError as exc:
+        parser.exit(2, f"{prog}: error: {exc}\n")
+    status, text = check_arguments(pytest_args)
+    if status == 4:
+        parser.exit(2, f"{prog}: error: pytest: {_usage_line(text)}\n")
     output.mkdir(parents=True, exist_ok=True)
     progress = None if ns.quiet else sys.stderr
-    native = run_pytest("native", pytest_args, output, redirected=False, progress=progress)
-    redirected = run_pytest("redirected", pytest_args, output, redirected=True, progress=progress)
+    native = RunResult("native", [])
+    redirected = RunResult("redirected", [])
+    try:
+        native = run_pytest("native", pytest_args, output, redirected=False, progress=progress)
+        if native.exit_code == 4:  # a usage error pytest found after parsing (a missing path)
+            log = (output / "native.log").read_text(encoding="utf-8", errors="replace")
+            parser.exit(2, f"{prog}: error: pytest: {_usage_line(log)}\n")
+        redirected = run_pytest(
+            "redirected", pytest_args, output, redirected=True, progress=progress
+        )
+    except Interrupted as stop:
+        if stop.run.label == "native":
+            native = stop.run
+        else:
+            redirected = stop.run
+        comparison = compare_runs(native, redirected, pytest_args, _host(output))
+        comparison.interrupted = stop.run.label
+        _, md_path = write(comparison, output)
+        print(f"{prog}: interrupted during the {stop.run.label} run; what finished is in "
+              f"{md_path}", file=sys.stderr)  # fmt: skip
+        return 130
     comparison = compare_runs(native, redirected, pytest_args, _host(output))
     json_path, md_path = write(comparison, output)
     n, r = native.totals(), redirected.totals()
