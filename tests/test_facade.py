@@ -85,7 +85,7 @@ def test_get_device_module_cache_is_cleared_both_ways():
     torchdevice.enable()
     assert torch.get_device_module("cuda") is torch.cuda is not REAL_CUDA
     assert torch.get_device_module("mps") is torch.mps is not REAL_MPS
-    assert torch.get_device_module(torch.device("cuda")) is torch.cpu  # a redirected device
+    assert torch.get_device_module(torch.device("cuda")) is torch.cuda  # read as written
     torchdevice.disable()
     assert torch.get_device_module is original
     assert torch.get_device_module("cuda") is REAL_CUDA

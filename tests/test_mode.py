@@ -304,20 +304,44 @@ def test_optimizer_after_module_cuda(enabled):
     torch.testing.assert_close(model.weight, before - 0.1 * 4, atol=1e-6, rtol=0)
 
 
-def test_torch_device_is_rewritten(enabled):
-    assert torch.device("cuda") == CPU
-    assert torch.device("cuda", 1) == CPU
-    assert torch.device("cuda", index=0) == CPU
-    assert torch.device(type="cuda", index=1) == CPU
-    assert torch.device(type="cuda") == CPU
-    assert torch.device(type="meta") == torch.device("meta")
-    assert torch.device("cuda:1") == CPU
-    assert torch.device(0) == CPU
-    assert torch.device("mps") == CPU
-    assert torch.device("meta") == torch.device("meta")
-    assert isinstance(torch.device("cuda"), torch.device)
-    assert torch.device("cpu:-1") == CPU
-    assert torch.device("cpu", -1) == CPU  # torch's own "no index"
+@pytest.mark.parametrize(
+    ("make", "written"),
+    [
+        (lambda: torch.device("cuda"), "cuda"),
+        (lambda: torch.device("cuda", 1), "cuda:1"),
+        (lambda: torch.device("cuda", index=0), "cuda:0"),
+        (lambda: torch.device(type="cuda", index=1), "cuda:1"),
+        (lambda: torch.device(type="cuda"), "cuda"),
+        (lambda: torch.device("cuda:1"), "cuda:1"),
+        (lambda: torch.device(0), "cuda:0"),
+        (lambda: torch.device("mps"), "mps"),
+        (lambda: torch.device(torch.device("cuda", 2)), "cuda:2"),
+        (lambda: torch.device("meta"), "meta"),
+        (lambda: torch.device(type="meta"), "meta"),
+    ],
+)
+def test_a_device_object_reads_as_written_and_is_placed_where_used(enabled, make, written):
+    """The device-object rule (docs/policy.md): ``torch.device("cuda")`` reads "cuda",
+    a real ``torch.device``; what uses it lands where the policy says."""
+    device = make()
+    assert type(device) is torch.device
+    assert str(device) == written
+    if device.type == "meta":
+        assert torch.ones(1, device=device).device.type == "meta"
+        return
+    assert torch.ones(1, device=device).device == CPU
+    assert torch.ones(1).to(device).device == CPU
+    assert nn.Linear(1, 1).to(device).weight.device == CPU
+
+
+def test_malformed_device_objects_raise_as_torch_does(enabled):
+    with pytest.raises(RuntimeError, match="Invalid device string"):
+        torch.device("cuda:x")
+    with pytest.raises(RuntimeError):
+        torch.device("cpu:-2")
+    with pytest.raises(RuntimeError, match="must not be negative"):
+        torch.device("cpu", -1)  # as torch 2.13 itself
+    assert torch.device("cpu:-1") == CPU  # the override, which torch cannot parse
 
 
 def test_cpu_minus_one_works_everywhere_and_toggles(enabled):
@@ -574,7 +598,7 @@ def test_torch_building_its_own_devices_is_applied_but_not_reported(enabled):
     torch_file = os.path.join(os.path.dirname(torch.__file__), "_torchdevice_probe.py")
     namespace: dict[str, object] = {"torch": torch}
     exec(compile("made = torch.device('cuda')", torch_file, "exec"), namespace)
-    assert namespace["made"] == CPU
+    assert torch.ones(1, device=namespace["made"]).device == CPU
     assert [e for e in torchdevice.report().entries if e.api == "torch.device"] == []
     torch.device("cuda")  # the same request from user code is reported
     assert [e.count for e in torchdevice.report().entries if e.api == "torch.device"] == [1]

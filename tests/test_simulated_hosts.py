@@ -89,9 +89,12 @@ def test_mps_host_keep_cpu_option(spy):
 
 
 def test_mps_host_device_objects(spy):
+    """Device objects read as written (docs/policy.md); what uses them lands on MPS."""
     torchdevice.enable(host=Host.mps())
-    assert torch.device("cuda:1") == torch.device("mps:0")
-    assert torch.device("cpu") == torch.device("mps:0")
+    cuda1, cpu = torch.device("cuda:1"), torch.device("cpu")
+    assert (str(cuda1), str(cpu)) == ("cuda:1", "cpu")
+    assert on(spy, lambda: torch.zeros(1, device=cuda1)) == [MPS]
+    assert on(spy, lambda: torch.zeros(1, device=cpu)) == [MPS]
 
 
 def test_mps_host_facade_answers(spy):

@@ -88,6 +88,13 @@ def _install_distributed() -> None:
         distributed.install()
 
 
+def _install_data_parallel() -> None:
+    """``nn.DataParallel`` as on a one-GPU machine, off CUDA hosts."""
+    from torchdevice import data_parallel  # noqa: PLC0415 - keeps `import torchdevice` light
+
+    data_parallel.install()
+
+
 def current_runtime() -> Runtime | None:
     """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
     return runtime_module.active()
@@ -199,6 +206,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         net.install()  # below the mode: what reaches the dispatcher unseen (TorchScript)
         report_parts.start(_own_report)  # one report for the run's processes
         _install_distributed()
+        _install_data_parallel()
         return
     runtime_module.set_active(runtime)
     _options = options

@@ -83,7 +83,9 @@ def _apply(
     if resolved is None:
         resolved = rt.resolve(request)
     decision, device, kind, wanted = resolved
-    if kind is not None:  # _apply <- handler <- the mode's __torch_function__ <- caller
+    # _apply <- handler <- the mode's __torch_function__ <- caller. A device object was
+    # reported where it was made (device_ctor): its uses are no lines to port.
+    if kind is not None and type(request) is not torch.device:
         rt.recorder.hit(callsite.caller(2), func, decision, kind)
     if type(request) is torch.device:  # a remembered device object knows its standing
         wanted = requested(request, wanted)
@@ -385,10 +387,21 @@ def parse_to(
 ) -> Any:
     """``torch._C._nn._parse_to``: how ``Module.to`` reads its arguments.
 
-    The device it returns is the one ``Module.to`` hands every parameter's ``.to()``:
-    it keeps what the request stood for (:func:`~torchdevice.transfers.device_object`).
+    The device it returns is the one ``Module.to`` hands every parameter's ``.to()``,
+    and the one modules that remember their device read (Lightning's
+    ``DeviceDtypeModuleMixin``): the device as written, placed where each ``.to()`` uses
+    it (docs/policy.md, device objects). The ``"cpu:-1"`` override, which torch cannot
+    parse, gives the decided device, keeping what it stood for
+    (:func:`~torchdevice.transfers.device_object`).
     """
+    written = args, kwargs
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 0)
+    request = written[1].get("device", written[0][0] if written[0] else None)
+    if type(request) is not torch.device or requested(request, None) is None:
+        try:  # a remembered object (Module.cuda's, below) is not as written: decided
+            return func(*written[0], **written[1])
+        except RuntimeError:  # "cpu:-1": only the decided device can say it
+            pass
     device, *rest = func(*args, **kwargs)
     if device is None:
         return (device, *rest)
@@ -462,10 +475,16 @@ def tensor_type(
 def device_ctor(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``torch.device(...)`` itself: answers the decided device; accepts ``"cpu:-1"``.
+    """``torch.device(...)`` itself: the device as written; accepts ``"cpu:-1"``.
 
-    Returning the decided device keeps user code consistent: ``x.device == device`` and
-    ``device.type == "cuda"`` branches see the device tensors really live on.
+    The rule (docs/policy.md, device objects): a device object reads what the code
+    wrote, ``torch.device("cuda")`` is of type ``"cuda"``, and is placed where it is used
+    (factories, ``.to()``, ``Module.to``, ``torch.load``...), as the string ``"cuda"`` is.
+    Libraries that check the device they built against the accelerator they chose
+    (Lightning's ``device.type != "cuda"``, Accelerate's fp16 branch on
+    ``device.type == "cuda"``) take their GPU path. The request is still decided here:
+    a malformed one raises as torch would, and the redirect is reported at this line,
+    the one to port. ``"cpu:-1"``, which torch cannot parse, gives the decided CPU device.
     """
     request: object
     params = list(args)
@@ -495,9 +514,14 @@ def device_ctor(
     # deciding "cpu:-1" toggles the override.
     ours = not callsite.is_internal(sys._getframe(2).f_code)
     decision, device = rt.place(request, func, report=ours)
-    if decision.action == "unchanged" and isinstance(request, torch.device):
+    if decision.toggle_override:
+        return device_object(device, stands_for(decision.requested))
+    if isinstance(request, torch.device):
         return request
-    return device_object(device, stands_for(decision.requested))
+    written = decision.requested
+    if isinstance(request, int) and written is not None:  # torch reads an int as the
+        return func(written.type, written.index)  # current accelerator's: here CUDA's
+    return func(*args, **kwargs)
 
 
 def tensor_numpy(

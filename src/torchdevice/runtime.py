@@ -272,7 +272,10 @@ class Runtime:
         so the row lands where the user called it (:func:`~torchdevice.callsite.past_overrides`).
         """
         decision, device, kind, _ = self.resolve(request)
-        if kind is not None and report and not _is_compiling():
+        # A device object was reported where it was made (``torch.device(...)``): its
+        # uses (``x.to(device)``) are no lines to port.
+        if kind is not None and report and type(request) is not torch.device \
+                and not _is_compiling():  # fmt: skip
             # From a handler: place <- handler <- the mode's __torch_function__.
             frame = callsite.caller(2)
             if method is not None:

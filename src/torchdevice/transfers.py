@@ -21,10 +21,11 @@ The rule: every tensor *stands for* the host or the device.
 * Results of other ops carry no mark and stand for their real device: on a CPU-only host
   ``(x_cuda * 2).cpu()`` returns its input, where a GPU would copy.
 
-Device *objects* carry the same distinction: ``torch.device("cuda")`` on a CPU-only host
-returns a ``torch.device("cpu")`` that is equal to every other one but is a distinct
-object this module remembers, so ``x.to(device)`` and ``model.to(device)`` with it are
-device requests. A device read off a tensor (``x.device``) is its real device.
+Device *objects* read as written (``torch.device("cuda")`` is of type ``"cuda"``), so
+their type says what they stand for. Where torchdevice itself hands a device on with a
+standing its type does not say (``Module.cuda``'s move, the ``"cpu:-1"`` override), it
+uses an equal, distinct object this module remembers. A device read off a tensor
+(``x.device``) is its real device.
 """
 
 from __future__ import annotations

@@ -1,0 +1,100 @@
+"""``nn.DataParallel`` off CUDA hosts: as on a machine with one GPU.
+
+CUDA-first code wraps its model in ``nn.DataParallel(model)``. While redirecting, torch
+sees ``torch.cuda.is_available()`` and one device, so DataParallel takes its CUDA path:
+``device_ids=[0]``, the module moved to ``cuda:0`` (the real device), and in ``forward``
+the inputs scattered to that device by ``torch._C._scatter``, which exists in CUDA
+builds only (``AttributeError: module 'torch._C' has no attribute '_scatter'``). On a
+one-GPU machine that scatter only moves the inputs to the device, and the module runs
+once on the whole batch. Here ``DataParallel.scatter`` does exactly that with ``.to``;
+several ``device_ids`` (``[0, 1]``) name the one real device, so the module runs once
+on it too, logged and reported. On CUDA hosts, and while not redirecting, torch's own
+code runs.
+
+``torch.nn.parallel.data_parallel`` (the functional form) is not covered.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.nn.parallel import DataParallel
+
+from torchdevice import ledger
+from torchdevice.runtime import active
+
+__all__ = ["GROUP", "install"]
+
+#: The ledger group of these wrappers.
+GROUP = "data_parallel"
+
+_ORIGINAL_INIT = DataParallel.__dict__["__init__"]
+_ORIGINAL_SCATTER = DataParallel.__dict__["scatter"]
+_INIT_SIGNATURE = inspect.signature(_ORIGINAL_INIT)
+
+
+def _redirected() -> bool:
+    rt = active()
+    return rt is not None and rt.host.kind != "cuda"
+
+
+@functools.wraps(_ORIGINAL_INIT)
+def _init(self: DataParallel[Any], *args: Any, **kwargs: Any) -> None:
+    """torch's constructor; off CUDA hosts, several ``device_ids`` become the first one."""
+    rt = active()
+    if rt is None or rt.host.kind == "cuda":
+        _ORIGINAL_INIT(self, *args, **kwargs)
+        return
+    bound = _INIT_SIGNATURE.bind(self, *args, **kwargs)
+    device_ids = bound.arguments.get("device_ids")
+    if device_ids is not None and len(device_ids) > 1:
+        bound.arguments["device_ids"] = [device_ids[0]]
+        bound.arguments["output_device"] = None  # torch's default: device_ids[0]
+        rt.note_event(
+            "redirect", "torch.nn.DataParallel", f"device_ids={list(device_ids)!r}",
+            f"device_ids={[device_ids[0]]!r}",
+            f"{rt.host.kind} host: one device, the module runs once on the whole batch",
+        )  # fmt: skip
+    _ORIGINAL_INIT(*bound.args, **bound.kwargs)
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor in it (tuples, lists, dicts, namedtuples) on ``device``,
+    as torch's scatter walks it; other objects as they are."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_to(item, device) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(item, device) for item in value)
+    if isinstance(value, dict):
+        return type(value)((key, _to(item, device)) for key, item in value.items())
+    return value
+
+
+@functools.wraps(_ORIGINAL_SCATTER)
+def _scatter(
+    self: DataParallel[Any],
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    device_ids: Sequence[int | torch.device],
+) -> Any:
+    """torch's scatter on one device, without ``torch._C._scatter``: the inputs moved to
+    the module's device, one chunk (the whole batch)."""
+    if not _redirected() or len(device_ids) != 1:
+        return _ORIGINAL_SCATTER(self, inputs, kwargs, device_ids)
+    device = self.src_device_obj
+    return (_to(tuple(inputs), device),), (_to(dict(kwargs or {}), device),)
+
+
+def install() -> None:
+    """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
+    at each call. ``disable()`` takes them out (the ledger)."""
+    if ledger.has(GROUP):
+        return
+    ledger.set_attr(GROUP, DataParallel, "__init__", _init)
+    ledger.set_attr(GROUP, DataParallel, "scatter", _scatter)

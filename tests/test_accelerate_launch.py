@@ -1,0 +1,69 @@
+"""``accelerate launch --multi_gpu --num_processes 2`` of a script written for GPUs, on
+this CPU host with ``ACTIVATE_TORCH_DEVICE=1``.
+
+Accelerate sees CUDA, picks ``MULTI_GPU`` and NCCL (resolved to gloo), and gathers with
+NCCL's flat ``all_gather_into_tensor`` (``tests/scripts/accelerate_multi_gpu.py``). Both
+ranks must end with the parameters of one process training on both ranks' first batches,
+and the gathered values of a 2-D tensor and of ``gather_for_metrics``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from launches import run
+
+pytest.importorskip("accelerate")
+
+SCRIPT = Path(__file__).parent / "scripts" / "accelerate_multi_gpu.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("accelerate_multi_gpu_reference", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reference() -> list[torch.Tensor]:
+    """One SGD step of one process on the 4 samples of both ranks' first batches."""
+    script = _script()
+    model = script.build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = script.data()[: 2 * script.BATCH]
+    ((model(x) - y) ** 2).mean().backward()
+    optimizer.step()
+    return [p.detach() for p in model.parameters()]
+
+
+def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(out)]  # fmt: skip
+    env = {"ACTIVATE_TORCH_DEVICE": "1", "HF_HOME": str(tmp_path / "hf")}  # no user config
+    log = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
+    assert "init_process_group(nccl) -> gloo" in log
+    ranks: list[dict[str, Any]] = [
+        json.loads((out / f"accelerate{rank}.json").read_text()) for rank in (0, 1)
+    ]
+    expected = _reference()
+    for rank in ranks:
+        assert rank["distributed_type"] == "DistributedType.MULTI_GPU"
+        assert rank["num_processes"] == 2
+        assert rank["backend"] == "gloo"
+        assert rank["gathered_shape"] == [4, 3]
+        assert rank["gathered"] == [[0.0] * 3, [0.0] * 3, [1.0] * 3, [1.0] * 3]
+        assert rank["seen"] == [[0.0, 1.0, 2.0, 3.0], [4.0]]  # the repeated sample dropped
+        for got, want in zip(rank["params"], expected, strict=True):
+            torch.testing.assert_close(torch.tensor(got), want)
+    assert ranks[0]["params"] == ranks[1]["params"]
