@@ -51,10 +51,13 @@ _ORIGINAL_NEW_GROUP = c10d.new_group
 _ORIGINAL_IS_NCCL = c10d.is_nccl_available
 _ORIGINAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
 #: The collectives staged through CPU memory on hosts whose device gloo cannot take.
-_STAGED_FUNCTIONS = (
+#: ``all_gather_single``/``reduce_scatter_single`` are torch 2.13's names of the
+#: ``*_into_tensor``/``*_tensor`` forms (which now call them).
+_STAGED_FUNCTIONS = tuple(name for name in (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "reduce", "all_to_all_single", "all_to_all",
-)  # fmt: skip
+    "all_gather_single", "reduce_scatter_single",
+) if hasattr(c10d, name))  # fmt: skip
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
 }
