@@ -25,6 +25,7 @@ from torchdevice import Host
 from torchdevice.policy import resolve_backend
 
 CPU, MPS, CUDA = Host.cpu(), Host.mps(), Host.cuda(2)
+REAL_ALL_GATHER_INTO_TENSOR = dist.all_gather_into_tensor  # imported before any enable()
 
 
 # -- the rule ------------------------------------------------------------------------------
@@ -191,3 +192,28 @@ def test_ddp_accepts_device_ids_of_the_one_device(world: Callable[..., None]) ->
     torch.testing.assert_close(model.weight.grad, expected.weight.grad)
     [(requested, decided, at)] = _entries("torch.nn.parallel.DistributedDataParallel")
     assert (requested, decided, at) == ("device_ids=[1]", "device_ids=None", line)
+
+
+def test_nccl_forms_only_on_groups_created_for_nccl(world: Callable[..., None]) -> None:
+    """A ``"nccl"`` group and a ``new_group()`` under it take NCCL's flat gather; a group
+    the script asked gloo for keeps gloo's refusal (the 2-rank sweep: test_nccl_forms.py)."""
+    torchdevice.enable()
+    world("nccl")
+    x = torch.arange(6.0, device="cuda").view(2, 3)
+    inherited, gloo = dist.new_group(), dist.new_group(backend="gloo")
+    for group in (None, inherited):
+        flat = torch.zeros(6, device="cuda")
+        dist.all_gather_into_tensor(flat, x, group=group)
+        assert flat.tolist() == x.view(-1).tolist()
+    with pytest.raises(RuntimeError, match="allgather: invalid tensor size"):
+        dist.all_gather_into_tensor(torch.zeros(6, device="cuda"), x, group=gloo)
+
+
+def test_nccl_forms_leave_with_disable(world: Callable[..., None]) -> None:
+    world("gloo")
+    torchdevice.enable()
+    assert dist.all_gather_into_tensor is not REAL_ALL_GATHER_INTO_TENSOR
+    torchdevice.disable()
+    assert dist.all_gather_into_tensor is REAL_ALL_GATHER_INTO_TENSOR
+    with pytest.raises(RuntimeError, match="allgather: invalid tensor size"):
+        dist.all_gather_into_tensor(torch.zeros(6), torch.ones(2, 3))

@@ -41,6 +41,7 @@ FORMS: dict[str, tuple[Expected, str | None]] = {
     "gather_concatenated": (lambda r: _GATHERED, None),
     "gather_flat": (lambda r: _GATHERED, SIZE),
     "gather_stacked": (lambda r: _GATHERED, SIZE),
+    "gather_single_flat": (lambda r: _GATHERED, SIZE),
     "gather_flat_requires_grad": (lambda r: [_GATHERED, False], SIZE),
     "gather_concatenated_requires_grad": (
         lambda r: [_GATHERED, False],
@@ -50,6 +51,7 @@ FORMS: dict[str, tuple[Expected, str | None]] = {
     "gather_float8": (lambda r: [1.0, 1.0, 2.0, 2.0], DTYPE),
     "scatter_concatenated": (_scatter(1.0), None),
     "scatter_stacked": (_scatter(1.0), SHAPE),
+    "scatter_single_stacked": (_scatter(1.0), SHAPE),
     "scatter_stacked_2d": (_scatter(1.0), SHAPE),
     "scatter_avg": (_scatter(0.5), None),
     "scatter_premul_sum": (_scatter(0.5), SHAPE),

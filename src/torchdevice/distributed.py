@@ -11,6 +11,9 @@ NCCL does not exist, so while redirecting:
   that is then resolved;
 * ``DistributedDataParallel`` drops ``device_ids``/``output_device``, which torch accepts
   for CUDA modules only (every rank's model is on the one real device), logged and reported;
+* on a group created for NCCL, the collective forms NCCL accepts and gloo refuses (flat
+  ``all_gather_into_tensor`` outputs, inputs that require grad, ``PREMUL_SUM``...) are
+  rewritten into gloo's forms with NCCL's result (:mod:`torchdevice.nccl_forms`);
 * on an accelerator gloo cannot take (MPS, or the simulated accelerator of the tests), the
   collectives scripts and DDP use stage through CPU memory: the device tensors are copied
   to the CPU, the collective runs there, the results are copied back in place. The
@@ -51,10 +54,13 @@ _ORIGINAL_NEW_GROUP = c10d.new_group
 _ORIGINAL_IS_NCCL = c10d.is_nccl_available
 _ORIGINAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
 #: The collectives staged through CPU memory on hosts whose device gloo cannot take.
-_STAGED_FUNCTIONS = (
+#: ``all_gather_single``/``reduce_scatter_single`` are torch 2.13's names of the
+#: ``*_into_tensor``/``*_tensor`` forms (which now call them).
+_STAGED_FUNCTIONS = tuple(name for name in (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "reduce", "all_to_all_single", "all_to_all",
-)  # fmt: skip
+    "all_gather_single", "reduce_scatter_single",
+) if hasattr(c10d, name))  # fmt: skip
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
 }
@@ -128,11 +134,12 @@ def _mark_nccl(api: str, requested: Any, resolved: Any, result: Any) -> None:
     """Remember the group a script created for NCCL, so its collectives take NCCL's forms
     (:mod:`torchdevice.nccl_forms`); a ``new_group`` without a backend inherits the
     default group's."""
-    if requested is resolved or not dist.is_initialized():
-        if api.endswith("new_group") and requested is None and nccl_forms.is_nccl_group(None):
-            nccl_forms.mark(result)
+    if not dist.is_initialized():
         return
-    nccl_forms.mark(c10d._get_default_group() if api.endswith("init_process_group") else result)
+    if requested is not resolved:  # "nccl" resolved to gloo
+        nccl_forms.mark(c10d._get_default_group() if api.endswith("init_process_group") else result)
+    elif api.endswith("new_group") and requested is None and nccl_forms.is_nccl_group(None):
+        nccl_forms.mark(result)
 
 
 init_process_group = _with_backend(_ORIGINAL_INIT, "torch.distributed.init_process_group")
@@ -198,7 +205,7 @@ def _run_staged(
         with torch._C.DisableTorchFunction():
             return original(*bound.args, **bound.kwargs)
     asked_async = bool(bound.arguments.get("async_op", False))
-    if "async_op" in inspect.signature(original).parameters:
+    if "async_op" in bound.signature.parameters:
         bound.arguments["async_op"] = False
     rt = active()
     if rt is not None:

@@ -3,14 +3,16 @@
 A script written for NCCL keeps using NCCL's forms after its ``"nccl"`` group became gloo
 (:mod:`torchdevice.distributed`). Swept across 2 ranks on torch 2.13, gloo refuses:
 
-* ``all_gather_into_tensor`` into any output but the concatenation along dim 0 (a flat
-  ``world_size * numel`` buffer as Accelerate's ``gather`` makes, or a stacked
-  ``(world_size, *shape)`` one): "ProcessGroupGloo::allgather: invalid tensor size"; and an
-  input that requires grad, in any output form ("A view was created in no_grad mode...").
-  NCCL only asks for ``world_size * input.numel()`` elements of the same dtype.
-* ``reduce_scatter_tensor`` from any input but the concatenation along dim 0 (a stacked
-  ``(world_size, *shape)`` input): "Check failed: outputShape[0] * worldSize ==
-  inputShape[0]". NCCL only asks for ``world_size * output.numel()`` elements.
+* ``all_gather_into_tensor`` (and ``all_gather_single``, its name since torch 2.13) into
+  any output but the concatenation along dim 0 (a flat ``world_size * numel`` buffer as
+  Accelerate's ``gather`` makes, or a stacked ``(world_size, *shape)`` one):
+  "ProcessGroupGloo::allgather: invalid tensor size"; and an input that requires grad, in
+  any output form ("A view was created in no_grad mode..."). NCCL only asks for
+  ``world_size * input.numel()`` elements of the same dtype.
+* ``reduce_scatter_tensor`` (and ``reduce_scatter_single``) from any input but the
+  concatenation along dim 0 (a stacked ``(world_size, *shape)`` input): "Check failed:
+  outputShape[0] * worldSize == inputShape[0]". NCCL only asks for
+  ``world_size * output.numel()`` elements.
 * ``all_gather`` (list) and ``all_to_all`` (list) with tensors of different sizes per rank:
   "invalid tensor size". ProcessGroupNCCL takes them (one broadcast per rank; a send and a
   receive per peer).
@@ -315,7 +317,9 @@ def all_to_all_single(run: Run, bound: inspect.BoundArguments) -> Any:
 #: The adapted collectives; ``all_to_all`` also takes the runner of ``all_to_all_single``.
 ADAPTERS: dict[str, Callable[..., Any]] = {
     "all_gather_into_tensor": all_gather_into_tensor,
+    "all_gather_single": all_gather_into_tensor,  # torch 2.13's name of the same call
     "reduce_scatter_tensor": reduce_scatter_tensor,
+    "reduce_scatter_single": reduce_scatter_tensor,
     "all_reduce": all_reduce,
     "reduce": reduce,
     "reduce_scatter": reduce_scatter,

@@ -56,6 +56,14 @@ def gather_stacked(group: Any, rank: int, world: int) -> Any:
 
 
 @form
+def gather_single_flat(group: Any, rank: int, world: int) -> Any:
+    """torch 2.13's name of ``all_gather_into_tensor``."""
+    out = torch.empty(world * 6, device="cuda")
+    dist.all_gather_single(out, full((2, 3), rank), group=group)
+    return out.view(-1, 3).tolist()
+
+
+@form
 def gather_flat_requires_grad(group: Any, rank: int, world: int) -> Any:
     """Accelerate gathers model outputs that still require grad."""
     x = full((2, 3), rank, requires_grad=True)
@@ -111,6 +119,14 @@ def scatter_concatenated(group: Any, rank: int, world: int) -> Any:
 def scatter_stacked(group: Any, rank: int, world: int) -> Any:
     out = torch.zeros(3, device="cuda")
     dist.reduce_scatter_tensor(out, scatter_input(rank).view(world, 3), group=group)
+    return out.tolist()
+
+
+@form
+def scatter_single_stacked(group: Any, rank: int, world: int) -> Any:
+    """torch 2.13's name of ``reduce_scatter_tensor``."""
+    out = torch.zeros(3, device="cuda")
+    dist.reduce_scatter_single(out, scatter_input(rank).view(world, 3), group=group)
     return out.tolist()
 
 
