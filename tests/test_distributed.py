@@ -9,6 +9,7 @@ report says. Several ranks are exercised by ``test_distributed_launch.py`` (torc
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
 from pristine import REAL_INIT_PROCESS_GROUP, REAL_IS_NCCL_AVAILABLE
 from torchdevice import Host
+from torchdevice.mode import DeviceMode
 from torchdevice.policy import resolve_backend
 
 CPU, MPS, CUDA = Host.cpu(), Host.mps(), Host.cuda(2)
@@ -191,3 +194,38 @@ def test_ddp_accepts_device_ids_of_the_one_device(world: Callable[..., None]) ->
     torch.testing.assert_close(model.weight.grad, expected.weight.grad)
     [(requested, decided, at)] = _entries("torch.nn.parallel.DistributedDataParallel")
     assert (requested, decided, at) == ("device_ids=[1]", "device_ids=None", line)
+
+
+# -- clean exit: queued work holds no function mode (issue 19) ----------------------------
+def _all_reduce() -> Any:
+    return dist.all_reduce(torch.ones(2, device="cuda"), async_op=True)
+
+
+def _all_gather() -> Any:
+    return dist.all_gather([torch.zeros(2)], torch.ones(2), async_op=True)
+
+
+@pytest.mark.parametrize(
+    "queue",
+    [
+        pytest.param(lambda: dist.barrier(async_op=True), id="barrier"),
+        pytest.param(_all_reduce, id="all_reduce"),
+        pytest.param(lambda: dist.broadcast(torch.ones(2), 0, async_op=True), id="broadcast"),
+        pytest.param(_all_gather, id="all_gather"),
+    ],
+)
+def test_queued_work_holds_no_function_mode(world: Callable[..., None], queue: Any) -> None:
+    """A gloo work copies the calling thread's mode stack; when the stack's entry has been
+    rebuilt since, the worker thread releases the mode last and must take the GIL, which
+    aborts the process if the interpreter is finalizing. Queued off the stack, the work
+    holds no reference to torchdevice's mode."""
+    torchdevice.enable()
+    world("nccl")
+    [mode] = [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]
+    before = sys.getrefcount(mode)
+    work = queue()
+    nn.functional.relu(torch.ones(1))  # a Python-level torch function: the entry is rebuilt
+    work.wait()
+    assert sys.getrefcount(mode) == before  # `work` is alive and holds none
+    assert _get_current_function_mode_stack()[-1] is mode  # back on the stack
+    del work
