@@ -35,11 +35,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "_exit_ddp.py"
@@ -96,7 +99,49 @@ def _allow_cores() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
 
 
-def run_once(form: str, cores: Path | None, timeout: float) -> Outcome:
+class _Starver(threading.Thread):
+    """Renices the gloo worker threads (``pt_gloo_runloop``) of a run's processes to 19.
+
+    With the ranks pinned to one CPU beside a busy process (``--starve``), a gloo worker
+    then gets a sliver of the CPU: the moment between a collective finishing and its
+    worker releasing the work, the window of issue 19, grows from microseconds to many
+    milliseconds, as on a heavily loaded machine.
+    """
+
+    def __init__(self, processes: list[subprocess.Popen[str]]) -> None:
+        super().__init__(daemon=True)
+        self.processes = processes
+        self.stopped = threading.Event()
+        self.done: set[int] = set()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.02):
+            for root in self.processes:
+                try:
+                    family = [psutil.Process(root.pid), *psutil.Process(root.pid).children(True)]
+                except psutil.Error:
+                    continue
+                for process in family:
+                    self._renice(process.pid)
+
+    def _renice(self, pid: int) -> None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in map(int, tids):
+            if tid in self.done:
+                continue
+            try:
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                if name.startswith("pt_gloo_runloop"):
+                    os.setpriority(os.PRIO_PROCESS, tid, 19)
+                    self.done.add(tid)
+            except OSError:
+                continue
+
+
+def run_once(form: str, cores: Path | None, timeout: float, starve: bool = False) -> Outcome:
     """One launch of ``form`` in a directory of its own, removed unless it aborted."""
     work = Path(tempfile.mkdtemp(prefix=f"exit-{form}-"))
     out = work / "out"
@@ -113,6 +158,11 @@ def run_once(form: str, cores: Path | None, timeout: float) -> Outcome:
         )
         for command in commands
     ]  # fmt: skip
+    starver = _Starver(processes) if starve else None
+    if starver is not None:
+        for process in processes:
+            os.sched_setaffinity(process.pid, {0})  # torchrun's workers inherit it
+        starver.start()
     outputs = []
     try:
         for process in processes:
@@ -121,6 +171,8 @@ def run_once(form: str, cores: Path | None, timeout: float) -> Outcome:
             except subprocess.TimeoutExpired:
                 outputs.append("timed out")
     finally:
+        if starver is not None:
+            starver.stopped.set()
         for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -151,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
     parser.add_argument("--load", type=int, default=0, help="busy processes to start")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument("--starve", action="store_true",
+                        help="pin the ranks to CPU 0 beside a busy process and renice their "
+                        "gloo worker threads to 19 (widens the race)")  # fmt: skip
     parser.add_argument("--cores", type=Path, help="keep aborted runs (and core files) here")
     parser.add_argument("--json", type=Path, help="write the counts here")
     parser.add_argument("--quiet", action="store_true", help="no line per run")
@@ -161,13 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores is not None:
         _allow_cores()
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
+    if args.starve:
+        busy = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"
+        load.append(subprocess.Popen([sys.executable, "-c", busy]))
     counts: dict[str, Counter[str]] = {form: Counter() for form in forms}
     seconds: dict[str, float] = dict.fromkeys(forms, 0.0)
     # Interleaved, so that every form sees the same load over time.
     order = [form for _ in range(args.runs) for form in forms]
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for outcome in pool.map(lambda f: run_once(f, args.cores, args.timeout), order):
+            outcomes = pool.map(
+                lambda form: run_once(form, args.cores, args.timeout, args.starve), order
+            )
+            for outcome in outcomes:
                 counts[outcome.form][outcome.ending] += 1
                 seconds[outcome.form] += outcome.seconds
                 if not args.quiet:

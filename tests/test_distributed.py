@@ -9,6 +9,7 @@ report says. Several ranks are exercised by ``test_distributed_launch.py`` (torc
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
 from pristine import REAL_INIT_PROCESS_GROUP, REAL_IS_NCCL_AVAILABLE
 from torchdevice import Host
+from torchdevice.mode import DeviceMode
 from torchdevice.policy import resolve_backend
 
 CPU, MPS, CUDA = Host.cpu(), Host.mps(), Host.cuda(2)
@@ -142,7 +145,7 @@ def test_device_id_of_nccl_is_dropped(world: Callable[..., None]) -> None:
     torchdevice.enable()
     world("nccl", device_id=torch.device("cuda", 0))
     assert dist.get_backend() == "gloo"
-    assert ("device_id=cpu", "device_id=None") in [
+    assert ("device_id=cuda:0", "device_id=None") in [
         (requested, decided)
         for requested, decided, _ in _entries("torch.distributed.init_process_group")
     ]
@@ -217,3 +220,38 @@ def test_nccl_forms_leave_with_disable(world: Callable[..., None]) -> None:
     assert dist.all_gather_into_tensor is REAL_ALL_GATHER_INTO_TENSOR
     with pytest.raises(RuntimeError, match="allgather: invalid tensor size"):
         dist.all_gather_into_tensor(torch.zeros(6), torch.ones(2, 3))
+
+
+# -- clean exit: queued work holds no function mode (issue 19) ----------------------------
+def _all_reduce() -> Any:
+    return dist.all_reduce(torch.ones(2, device="cuda"), async_op=True)
+
+
+def _all_gather() -> Any:
+    return dist.all_gather([torch.zeros(2)], torch.ones(2), async_op=True)
+
+
+@pytest.mark.parametrize(
+    "queue",
+    [
+        pytest.param(lambda: dist.barrier(async_op=True), id="barrier"),
+        pytest.param(_all_reduce, id="all_reduce"),
+        pytest.param(lambda: dist.broadcast(torch.ones(2), 0, async_op=True), id="broadcast"),
+        pytest.param(_all_gather, id="all_gather"),
+    ],
+)
+def test_queued_work_holds_no_function_mode(world: Callable[..., None], queue: Any) -> None:
+    """A gloo work copies the calling thread's mode stack; when the stack's entry has been
+    rebuilt since, the worker thread releases the mode last and must take the GIL, which
+    aborts the process if the interpreter is finalizing. Queued off the stack, the work
+    holds no reference to torchdevice's mode."""
+    torchdevice.enable()
+    world("nccl")
+    [mode] = [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]
+    before = sys.getrefcount(mode)
+    work = queue()
+    nn.functional.relu(torch.ones(1))  # a Python-level torch function: the entry is rebuilt
+    work.wait()
+    assert sys.getrefcount(mode) == before  # `work` is alive and holds none
+    assert _get_current_function_mode_stack()[-1] is mode  # back on the stack
+    del work

@@ -11,9 +11,6 @@ NCCL does not exist, so while redirecting:
   that is then resolved;
 * ``DistributedDataParallel`` drops ``device_ids``/``output_device``, which torch accepts
   for CUDA modules only (every rank's model is on the one real device), logged and reported;
-* on a group created for NCCL, the collective forms NCCL accepts and gloo refuses (flat
-  ``all_gather_into_tensor`` outputs, inputs that require grad, ``PREMUL_SUM``...) are
-  rewritten into gloo's forms with NCCL's result (:mod:`torchdevice.nccl_forms`);
 * on an accelerator gloo cannot take (MPS, or the simulated accelerator of the tests), the
   collectives scripts and DDP use stage through CPU memory: the device tensors are copied
   to the CPU, the collective runs there, the results are copied back in place. The
@@ -21,7 +18,11 @@ NCCL does not exist, so while redirecting:
   process group directly (parameter broadcast, shape check, bucketed gradient all-reduce),
   is given a :class:`StagedGroup` around its group.
 
-On CUDA hosts nothing changes. Every change goes through the :mod:`~torchdevice.ledger`.
+Every ``torch.distributed`` function that queues work for a process group (collectives,
+point-to-point, barriers, object collectives, DDP's parameter broadcast and shape check)
+runs with no function mode on the calling thread's stack, on every host: see
+:func:`off_the_stack` for why (a clean process exit). On CUDA hosts nothing else changes.
+Every change goes through the :mod:`~torchdevice.ledger`.
 Functions bound before enabling (``from torch.distributed import init_process_group``)
 keep the originals, as for the other wrappers.
 """
@@ -39,12 +40,13 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.nn.parallel import DistributedDataParallel
+from torch.overrides import _len_torch_function_stack, _pop_mode, _push_mode
 
 from torchdevice import ledger, nccl_forms
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
-__all__ = ["GROUP", "StagedGroup", "install", "staging_device"]
+__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "staging_device"]
 
 #: The ledger group of these wrappers.
 GROUP = "distributed"
@@ -64,14 +66,61 @@ _STAGED_FUNCTIONS = tuple(name for name in (
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
 }
-#: Functions that take no device tensors but build CPU ones of their own: run natively.
+#: The other functions that queue work for a process group (or shut it down), run
+#: natively and off the stack: objects and barriers build CPU tensors of their own; the
+#: point-to-point and gather/scatter forms take CPU tensors (gloo takes no others).
 _NATIVE_FUNCTIONS = (
     "barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list",
-    "gather_object", "scatter_object_list", "destroy_process_group",
+    "gather_object", "scatter_object_list", "send_object_list", "recv_object_list",
+    "destroy_process_group", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+    "gather", "scatter", "all_reduce_coalesced", "all_gather_coalesced",
 )  # fmt: skip
 _ORIGINAL_NATIVE: dict[str, Callable[..., Any]] = {
-    name: getattr(c10d, name) for name in _NATIVE_FUNCTIONS
+    name: getattr(c10d, name) for name in _NATIVE_FUNCTIONS if hasattr(c10d, name)
 }
+#: C++ entry points DDP calls through ``torch.distributed`` (parameter and buffer
+#: broadcast, the parameter shape check): they queue work too.
+_DDP_ENTRY_POINTS = ("_broadcast_coalesced", "_verify_params_across_processes")
+_ORIGINAL_ENTRY_POINTS: dict[str, Callable[..., Any]] = {
+    name: getattr(dist, name) for name in _DDP_ENTRY_POINTS if hasattr(dist, name)
+}
+
+
+@contextmanager
+def off_the_stack() -> Iterator[None]:
+    """Run the block with no function mode on this thread's stack, then put them back.
+
+    A process group's work keeps a copy of the calling thread's thread-local state
+    (``at::ThreadLocalState``), function-mode stack included: one reference to each mode's
+    ``SafePyObject``. The gloo worker thread that runs the work usually drops the work
+    last, and when the stack has since been rebuilt (``handle_torch_function`` pops the top
+    mode and pushes it back as a new entry for every Python-level torch function), that
+    is the entry's last reference: the worker takes the GIL to release the mode. If the
+    main thread is finalizing the interpreter by then, taking the GIL ends the worker
+    thread (``pthread_exit``) inside that destructor, and the process aborts with
+    "terminate called without an active exception" after the script has finished
+    (issue 19). Work queued with an empty stack holds no Python object, and its worker
+    never takes the GIL. torch's own code runs natively in these functions, as the
+    functions modes see (none of them is overridable) would anyway.
+    """
+    popped = [_pop_mode() for _ in range(_len_torch_function_stack())]
+    try:
+        with torch._C.DisableTorchFunction():
+            yield
+    finally:
+        for entry in reversed(popped):
+            _push_mode(entry)
+
+
+def _off_the_stack(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``original`` (a C++ entry point DDP calls) to run :func:`off_the_stack`."""
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with off_the_stack():
+            return original(*args, **kwargs)
+
+    return wrapper
 
 
 def staging_device(rt: Runtime | None) -> str | None:
@@ -122,7 +171,7 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
                 "redirect", api, f"device_id={device_id}", "device_id=None",
                 f"gloo binds to no device; {rt.host.kind} host",
             )  # fmt: skip
-        with torch._C.DisableTorchFunction():
+        with off_the_stack():
             result = original(*bound.args, **bound.kwargs)
         _mark_nccl(api, backend, bound.arguments.get("backend"), result)
         return result
@@ -267,19 +316,20 @@ def _collective(name: str) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        rt = active()
-        if rt is None or rt.host.kind == "cuda":
-            return original(*args, **kwargs)
-        device_type = staging_device(rt)
-        bound = signature.bind_partial(*args, **kwargs)
-        if adapter is None or not nccl_forms.is_nccl_group(bound.arguments.get("group")):
-            if device_type is None:
+        with off_the_stack():  # see off_the_stack: the work it queues
+            rt = active()
+            if rt is None or rt.host.kind == "cuda":
                 return original(*args, **kwargs)
-            return _run_staged(original, f"torch.distributed.{name}", device_type, bound)
-        run = _runner(name, device_type)
-        if name == "all_to_all":
-            return adapter(run, bound, _runner("all_to_all_single", device_type))
-        return adapter(run, bound)
+            device_type = staging_device(rt)
+            bound = signature.bind_partial(*args, **kwargs)
+            if adapter is None or not nccl_forms.is_nccl_group(bound.arguments.get("group")):
+                if device_type is None:
+                    return original(*args, **kwargs)
+                return _run_staged(original, f"torch.distributed.{name}", device_type, bound)
+            run = _runner(name, device_type)
+            if name == "all_to_all":
+                return adapter(run, bound, _runner("all_to_all_single", device_type))
+            return adapter(run, bound)
 
     return wrapper
 
@@ -294,21 +344,25 @@ def _native(name: str) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if staging_device(active()) is None:
-            return original(*args, **kwargs)
+            with off_the_stack():
+                return original(*args, **kwargs)
         if name == "barrier":
             # NCCL picks the barrier's GPU from ``device_ids``; torch would bind gloo to
             # the accelerator it cannot take, and gloo itself ignores them.
             bound = signature.bind_partial(*args, **kwargs)
             bound.arguments.pop("device_ids", None)
             args, kwargs = bound.args, bound.kwargs
-        with torch._C.DisableTorchFunction():
+        with off_the_stack():
             return original(*args, **kwargs)
 
     return wrapper
 
 
 _STAGED = {name: _collective(name) for name in _STAGED_FUNCTIONS}
-_STAGED.update({name: _native(name) for name in _NATIVE_FUNCTIONS})
+_STAGED.update({name: _native(name) for name in _ORIGINAL_NATIVE})
+_ENTRY_POINTS = {
+    name: _off_the_stack(original) for name, original in _ORIGINAL_ENTRY_POINTS.items()
+}
 
 
 class StagedGroup(dist.ProcessGroup):
@@ -391,8 +445,12 @@ _DDP_SIGNATURE = inspect.signature(_ORIGINAL_DDP_INIT)
 def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
     """DDP's constructor, accepting what CUDA-first code passes for its one device."""
     rt = active()
-    if rt is None or rt.host.kind == "cuda":
+    if rt is None:
         _ORIGINAL_DDP_INIT(self, *args, **kwargs)
+        return
+    if rt.host.kind == "cuda":
+        with off_the_stack():  # see off_the_stack: the work it queues
+            _ORIGINAL_DDP_INIT(self, *args, **kwargs)
         return
     bound = _DDP_SIGNATURE.bind(self, *args, **kwargs)
     arguments = bound.arguments
@@ -418,10 +476,8 @@ def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
                     "redirect", "torch.nn.parallel.DistributedDataParallel", device_type,
                     "cpu", "gloo takes no device tensors: DDP's collectives staged",
                 )  # fmt: skip
-        with torch._C.DisableTorchFunction():  # torch's own code, natively (see _native)
-            _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
-        return
-    _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
+    with off_the_stack():  # torch's own code, natively (see _native)
+        _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
 
 
 # -- installing --------------------------------------------------------------------------
@@ -436,6 +492,8 @@ def install() -> None:
         for name, wrapper in _STAGED.items():
             ledger.set_attr(GROUP, owner, name, wrapper)
         ledger.set_attr(GROUP, owner, "_coalescing_manager", _coalescing_manager)
+    for name, wrapper in _ENTRY_POINTS.items():
+        ledger.set_attr(GROUP, dist, name, wrapper)
     # Only the package's name: torch's own check (in distributed_c10d) must stay true.
     ledger.set_attr(GROUP, dist, "is_nccl_available", is_nccl_available)
     ledger.set_attr(GROUP, DistributedDataParallel, "__init__", _ddp_init)
