@@ -25,7 +25,7 @@ from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
 from torchdevice.host import Host, HostKind, forced_host, probe_host
 from torchdevice.intercepts import build_table
-from torchdevice.logs import attribute_warnings, configure_logging
+from torchdevice.logs import attribute_warnings, configure_logging, logger
 from torchdevice.report import MigrationReport, Recorder
 from torchdevice.runtime import Runtime
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the settings module imports pydantic: only on enable()
 
 __all__ = [
     "current_runtime",
+    "describe",
     "disable",
     "enable",
     "is_enabled",
@@ -257,12 +258,32 @@ def enable(**options: Unpack[Options]) -> None:
                 _export_environment(active, _options)
             raise
         configure_logging(settings.log_level)
-        _activate(_runtime_for(host, settings), dict(options))
+        fresh = not _serves(_last_runtime, host, settings)
+        runtime = _runtime_for(host, settings)
+        _activate(runtime, dict(options))
+        if fresh:  # once per process and configuration, whichever way it was switched on
+            logger.info("%s", describe(runtime))
+
+
+def describe(runtime: Runtime) -> str:
+    """Where device requests go under ``runtime``, in one line (the start-up line)."""
+    target = runtime.default_device
+    host = runtime.host
+    where = "cpu" if target is None else str(target)
+    line = f"redirecting to {where} ({host.kind} host, {host.device_name()})"
+    if runtime.settings.keep_cpu:
+        line += "; explicit 'cpu' requests stay on the CPU"
+    return line
 
 
 #: The runtime of the last activation, reused by the next one with the same host and
 #: settings (see :func:`_runtime_for`).
 _last_runtime: Runtime | None = None
+
+
+def _serves(runtime: Runtime | None, host: Host, settings: Settings) -> bool:
+    """Whether ``runtime`` is the one an activation with ``host`` and ``settings`` builds."""
+    return runtime is not None and runtime.host == host and runtime.settings == settings
 
 
 def _runtime_for(host: Host, settings: Settings) -> Runtime:
@@ -275,7 +296,7 @@ def _runtime_for(host: Host, settings: Settings) -> Runtime:
     """
     global _last_runtime
     last = _last_runtime
-    if last is not None and last.host == host and last.settings == settings:
+    if _serves(last, host, settings):
         last.set_cpu_override(settings.cpu_override)
         return last
     _last_runtime = Runtime(host, settings, _recorder)

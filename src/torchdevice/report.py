@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from torchdevice import guide
 from torchdevice.callsite import CallSite, Position, position_of, site_of
-from torchdevice.logs import at_site
+from torchdevice.logs import at_site, fallback_logger, redirects_logger
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -329,7 +329,8 @@ class Recorder:
                 self._positions.setdefault(key, set()).add(position)
         if count is None:
             message = "%s: %s(%s) -> %s (%s)"
-            at_site(logging.INFO, site, message, site, api, requested, decided, reason)
+            to = fallback_logger if kind == "fallback" else redirects_logger
+            at_site(logging.INFO, site, message, site, api, requested, decided, reason, to=to)
         return key
 
     def clear(self) -> None:

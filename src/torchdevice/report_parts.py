@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Literal
 
 from torchdevice import ledger
-from torchdevice.logs import logger
+from torchdevice.logs import report_logger as logger
 from torchdevice.report import MigrationReport, merge
 
 __all__ = ["ENV", "GROUP", "combined", "detach", "reset", "role", "start"]

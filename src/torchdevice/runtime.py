@@ -26,7 +26,7 @@ import torch
 from torchdevice import callsite
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
-from torchdevice.logs import logger
+from torchdevice.logs import redirects_logger as logger
 from torchdevice.policy import (
     Action,
     Decision,

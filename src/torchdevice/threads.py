@@ -155,7 +155,7 @@ def _first_event(_obj: object, _frame: int | None, _what: int, _arg: int | None)
     try:
         _enter_here()
     except Exception:  # a C callback must not raise: the thread stays native, and says so
-        logging.getLogger("torchdevice").warning(
+        logging.getLogger("torchdevice.threads").warning(
             "torchdevice could not enter thread %s", threading.current_thread().name,
             exc_info=True,
         )  # fmt: skip

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation, report_parts
+from torchdevice import activation, logs, report_parts
 
 __all__ = ["LaunchError", "run_module", "run_script"]
 
@@ -117,7 +117,7 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
     does; ``SystemExit`` passes through untouched, and so does ``KeyboardInterrupt``,
     printed with the script's frames only.
     """
-    activation.enable(**options)
+    _enable(options)
     if not quiet:
         atexit.register(_emit_report, report_path, sys.stderr)
     try:
@@ -131,6 +131,13 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
     except KeyboardInterrupt:
         _show_script_frames_only()
         raise
+
+
+def _enable(options: dict[str, Any]) -> None:
+    """Switch redirection on; torchdevice's warnings (and records at the level asked for)
+    go to stderr, which the launcher owns, until the script configures logging."""
+    logs.show_on_stderr()
+    activation.enable(**options)
 
 
 def _exec_main(filename: str) -> None:
@@ -202,7 +209,7 @@ def run_module(
     nothing is reported). It is looked up once redirection is on: finding ``pkg.mod``
     imports ``pkg``, whose code must run redirected as the module's does.
     """
-    activation.enable(**(options or {}))
+    _enable(options or {})
     problem = _module_problem(module)
     if problem is not None:
         raise LaunchError(problem)

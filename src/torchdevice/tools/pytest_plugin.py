@@ -219,10 +219,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         return None
     runtime = _activation().current_runtime()
     assert runtime is not None
-    target = runtime.default_device
-    host = runtime.host
-    where = "cpu" if target is None else str(target)
-    return f"torchdevice: redirecting to {where} ({host.kind} host, {host.device_name()})"
+    return f"torchdevice: {_activation().describe(runtime)}"
 
 
 def _counts() -> Counter[str]:
