@@ -58,7 +58,8 @@ def consistency() -> None:
     check(0 < free <= total, "mem_get_info() gives (free, total)")
 
     x = torch.ones(1024, 1024, device="cuda")
-    check(x.device == torch.device("cuda", current), "a 'cuda' tensor is on the current device")
+    on_current = torch.ones(1, device=torch.device("cuda", current)).device
+    check(x.device == on_current, "a 'cuda' tensor is on the current device")
     check(x.get_device() == x.device.index or x.device.type == "cpu", "Tensor.get_device()")
     with torch.cuda.device(current):
         check(torch.cuda.current_device() == current, "with torch.cuda.device(i) selects i")

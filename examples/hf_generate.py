@@ -117,8 +117,8 @@ def check_accelerate() -> None:
     model = accelerator.prepare(build_model())
     prompt = torch.randint(1, VOCAB, (1, PROMPT_LENGTH), device=accelerator.device)
     output = generate(accelerator.unwrap_model(model), prompt, do_sample=False)
-    check(same_device(accelerator.device, lands_on),
-          "Accelerator().device is where 'cuda' tensors land")  # fmt: skip
+    check(same_device(torch.zeros(1, device=accelerator.device).device, lands_on),
+          "Accelerator().device puts tensors where 'cuda' tensors land")  # fmt: skip
     check(same_device(next(model.parameters()).device, lands_on), "prepare() puts the model there")
     check(output.shape == (1, PROMPT_LENGTH + NEW_TOKENS), "and it generates there")
     check(accelerator.num_processes == 1, "a single process, no distributed backend")

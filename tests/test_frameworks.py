@@ -1,0 +1,112 @@
+"""Libraries that check themselves take their GPU path, redirected, and train.
+
+Lightning's ``Trainer``/Fabric compare the device they build with the accelerator they
+chose, and Accelerate turns fp16 autocast and its GradScaler on only for a CUDA device:
+with the facade saying CUDA is there, device objects must read as written
+(docs/policy.md, device objects). Each script in ``tests/scripts`` is written for a GPU,
+imports nothing of torchdevice, and runs in a child process under
+``python -m torchdevice``; it prints what it saw (accelerator, device, activation dtype
+inside ``forward``, autocast, scaler, losses) as JSON.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "scripts"
+CPU_HOST = not torch.cuda.is_available() and not torch.backends.mps.is_available()
+
+needs_lightning = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None,
+    reason="lightning is not installed (pip install lightning; it keeps torch as is)",
+)
+needs_accelerate = pytest.mark.skipif(
+    importlib.util.find_spec("accelerate") is None, reason="accelerate is not installed"
+)
+pytestmark = pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on a CPU-only host")
+
+
+def run_redirected(script: str, *args: str, **env: str) -> dict[str, object]:
+    """Run a GPU script under ``python -m torchdevice`` in a child; its JSON facts."""
+    clean = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
+        and not name.startswith("TORCHDEVICE_")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "torchdevice", str(SCRIPTS / script), *args],
+        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    facts: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    facts["report"] = result.stderr
+    return facts
+
+
+@needs_lightning
+def test_lightning_trainer_default_accelerator_takes_the_gpu_path():
+    """``Trainer()`` with ``accelerator="auto"`` picks CUDA, validates its device, trains."""
+    facts = run_redirected("lightning_gpu.py", "32-true")
+    assert facts["accelerator"] == "CUDAAccelerator"
+    assert facts["root_device"] == facts["module_device"] == "cuda:0"
+    assert facts["steps"] == 8
+    assert facts["losses_finite"] is True
+    assert (facts["activation_dtype"], facts["autocast"]) == ("float32", False)
+    assert "GPU available: True (cuda), used: True" in str(facts["report"])  # Lightning's
+
+
+@needs_lightning
+def test_lightning_trainer_16_mixed_runs_autocast_and_a_grad_scaler():
+    facts = run_redirected("lightning_gpu.py", "16-mixed")
+    assert facts["accelerator"] == "CUDAAccelerator"
+    assert facts["precision"] == "MixedPrecision"
+    assert facts["scaler"] == "GradScaler"
+    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
+    assert facts["steps"] == 8
+    assert facts["losses_finite"] is True
+
+
+@needs_lightning
+def test_lightning_trainer_with_cuda_hidden_takes_the_cpu_path():
+    """``TORCHDEVICE_CUDA_AVAILABLE=0``: Lightning's CPU path, through ``isolate_rng``
+    (the sanity check), which hands ``torch.cuda.set_rng_state_all`` an empty list."""
+    facts = run_redirected("lightning_gpu.py", "32-true", TORCHDEVICE_CUDA_AVAILABLE="0")
+    assert facts["accelerator"] == "CPUAccelerator"
+    assert facts["root_device"] == "cpu"
+    assert facts["steps"] == 8
+    assert facts["losses_finite"] is True
+
+
+@needs_lightning
+def test_fabric_gpu_16_mixed_runs_autocast_and_a_grad_scaler():
+    facts = run_redirected("fabric_gpu.py")
+    assert facts["accelerator"] == "CUDAAccelerator"
+    assert facts["device"] == "cuda:0"
+    assert facts["precision"] == "MixedPrecision"
+    assert facts["scaler"] == "GradScaler"
+    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
+    assert facts["losses_finite"] is True
+
+
+@needs_accelerate
+def test_accelerate_fp16_runs_autocast_and_a_grad_scaler():
+    """Not silently fp32: Accelerate's CUDA branch, with autocast and loss scaling."""
+    facts = run_redirected("accelerate_fp16.py")
+    assert facts["device"] == "cuda"
+    assert facts["native_amp"] is True
+    assert facts["scaler"] == "GradScaler"
+    assert isinstance(facts["scale"], float)
+    assert facts["scale"] > 0
+    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
+    assert facts["losses_finite"] is True
