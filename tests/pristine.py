@@ -12,7 +12,7 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
-from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel import DataParallel, DistributedDataParallel, scatter_gather
 from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
@@ -32,6 +32,9 @@ REAL_INIT_PROCESS_GROUP = c10d.init_process_group
 REAL_IS_NCCL_AVAILABLE = c10d.is_nccl_available
 REAL_ALL_REDUCE = c10d.all_reduce
 REAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
+REAL_COALESCING_MANAGER = c10d._coalescing_manager
+REAL_DP_INIT = DataParallel.__dict__["__init__"]
+REAL_SCATTER = scatter_gather.scatter
 
 
 def torch_is_pristine() -> list[str]:
@@ -65,8 +68,14 @@ def torch_is_pristine() -> list[str]:
         or dist.all_reduce is not REAL_ALL_REDUCE
         or c10d.all_reduce is not REAL_ALL_REDUCE
         or DistributedDataParallel.__dict__["__init__"] is not REAL_DDP_INIT
+        or c10d._coalescing_manager is not REAL_COALESCING_MANAGER
     ):
         problems.append("torch.distributed is wrapped")
+    if (
+        DataParallel.__dict__["__init__"] is not REAL_DP_INIT
+        or scatter_gather.scatter is not REAL_SCATTER
+    ):
+        problems.append("nn.DataParallel is wrapped")
     if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
         problems.append("a DeviceMode is on this thread's function-mode stack")
     if warnings.showwarning is not REAL_SHOWWARNING:
