@@ -12,7 +12,7 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
-from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel import DataParallel, DistributedDataParallel, scatter_gather
 from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
@@ -37,6 +37,9 @@ REAL_ALLOCATORS = {
     key: torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", key)
     for key in ("CUDA", "MPS")
 }
+REAL_COALESCING_MANAGER = c10d._coalescing_manager
+REAL_DP_INIT = DataParallel.__dict__["__init__"]
+REAL_SCATTER = scatter_gather.scatter
 
 
 def torch_is_pristine() -> list[str]:
@@ -70,8 +73,14 @@ def torch_is_pristine() -> list[str]:
         or dist.all_reduce is not REAL_ALL_REDUCE
         or c10d.all_reduce is not REAL_ALL_REDUCE
         or DistributedDataParallel.__dict__["__init__"] is not REAL_DDP_INIT
+        or c10d._coalescing_manager is not REAL_COALESCING_MANAGER
     ):
         problems.append("torch.distributed is wrapped")
+    if (
+        DataParallel.__dict__["__init__"] is not REAL_DP_INIT
+        or scatter_gather.scatter is not REAL_SCATTER
+    ):
+        problems.append("nn.DataParallel is wrapped")
     if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
         problems.append("a DeviceMode is on this thread's function-mode stack")
     for key, had in REAL_ALLOCATORS.items():

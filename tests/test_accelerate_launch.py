@@ -1,5 +1,5 @@
 """``accelerate launch --multi_gpu --num_processes 2`` of a script written for GPUs, on
-this CPU host with ``ACTIVATE_TORCH_DEVICE=1``.
+this CPU host and on the simulated MPS host.
 
 Accelerate sees CUDA, picks ``MULTI_GPU`` and NCCL (resolved to gloo), and gathers with
 NCCL's flat ``all_gather_into_tensor`` (``tests/scripts/accelerate_multi_gpu.py``). Both
@@ -45,14 +45,24 @@ def _reference() -> list[torch.Tensor]:
     return [p.detach() for p in model.parameters()]
 
 
-def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("host", "device"), [("cpu", "cpu"), ("mps", "simgpu:0")], ids=["cpu", "simulated-mps"]
+)
+def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path, host: str, device: str) -> None:
+    """On the CPU host with ``ACTIVATE_TORCH_DEVICE=1``; on the simulated MPS host through
+    the test-only launcher ``on_simgpu.py`` (DDP's and the gathers' collectives staged)."""
     out = tmp_path / "out"
     out.mkdir()
+    env = {"HF_HOME": str(tmp_path / "hf")}  # no user config
+    if host == "cpu":
+        env["ACTIVATE_TORCH_DEVICE"] = "1"
+        script = [str(SCRIPT)]
+    else:
+        script = [str(SCRIPT.parent / "on_simgpu.py"), str(SCRIPT)]
     argv = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(out)]  # fmt: skip
-    env = {"ACTIVATE_TORCH_DEVICE": "1", "HF_HOME": str(tmp_path / "hf")}  # no user config
+            "--mixed_precision", "no", "--dynamo_backend", "no", *script, str(out)]  # fmt: skip
     log = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
-    assert "init_process_group(nccl) -> gloo" in log
+    assert f"init_process_group(nccl) -> gloo (NCCL needs CUDA; {host} host: gloo)" in log
     ranks: list[dict[str, Any]] = [
         json.loads((out / f"accelerate{rank}.json").read_text()) for rank in (0, 1)
     ]
@@ -61,6 +71,7 @@ def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path) -> None:
         assert rank["distributed_type"] == "DistributedType.MULTI_GPU"
         assert rank["num_processes"] == 2
         assert rank["backend"] == "gloo"
+        assert (rank["device"], rank["tensor_device"]) == (device, device)
         assert rank["gathered_shape"] == [4, 3]
         assert rank["gathered"] == [[0.0] * 3, [0.0] * 3, [1.0] * 3, [1.0] * 3]
         assert rank["seen"] == [[0.0, 1.0, 2.0, 3.0], [4.0]]  # the repeated sample dropped

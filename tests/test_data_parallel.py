@@ -114,13 +114,22 @@ def test_torch_alone_cannot_scatter_here(device: torch.device) -> None:
         torch.nn.parallel.comm.scatter(torch.ones(2, device="cuda"), [0])
 
 
+def test_the_functional_form_too(device: torch.device) -> None:
+    model = _model()
+    x = torch.randn(6, 4, device="cuda")
+    out = torch.nn.parallel.data_parallel(model, (x,))
+    assert out.device == device
+    torch.testing.assert_close(out, model(x))
+
+
 def test_disable_gives_torch_its_data_parallel_back(device: torch.device) -> None:
     import torchdevice
     from torchdevice import data_parallel
 
-    assert nn.DataParallel.__dict__["scatter"] is not data_parallel._ORIGINAL_SCATTER
+    scatter_gather = torch.nn.parallel.scatter_gather
+    assert scatter_gather.scatter is not data_parallel._ORIGINAL_SCATTER
     torchdevice.disable()
-    assert nn.DataParallel.__dict__["scatter"] is data_parallel._ORIGINAL_SCATTER
+    assert scatter_gather.scatter is data_parallel._ORIGINAL_SCATTER
     assert nn.DataParallel.__dict__["__init__"] is data_parallel._ORIGINAL_INIT
 
 

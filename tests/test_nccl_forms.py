@@ -65,6 +65,8 @@ FORMS: dict[str, tuple[Expected, str | None]] = {
     "gather_list_uneven": (lambda r: [[[1.0, 1.0]], [[2.0, 2.0], [2.0, 2.0]]], SIZE),
     "gather_list_requires_grad": (lambda r: [[0.0, 0.0], [1.0, 1.0]], None),
     "broadcast_float8": (lambda r: [2.0, 2.0, 2.0], DTYPE),
+    "gather_to_rank0": (lambda r: [[1.0, 1.0], [2.0, 2.0]] if r == 0 else None, None),
+    "scatter_from_rank1": (lambda r: [10.0 + r] * 2, None),
     "all_to_all_single_even": (lambda r: [2.0 * r, 2.0 * r + 1, 10 + 2.0 * r, 11 + 2.0 * r], None),
     "all_to_all_single_splits": (
         lambda r: [[0.0, 10.0, 11.0], [1.0, 2.0, 12.0, 13.0, 14.0]][r],

@@ -6,12 +6,11 @@ sees ``torch.cuda.is_available()`` and one device, so DataParallel takes its CUD
 the inputs scattered to that device by ``torch._C._scatter``, which exists in CUDA
 builds only (``AttributeError: module 'torch._C' has no attribute '_scatter'``). On a
 one-GPU machine that scatter only moves the inputs to the device, and the module runs
-once on the whole batch. Here ``DataParallel.scatter`` does exactly that with ``.to``;
-several ``device_ids`` (``[0, 1]``) name the one real device, so the module runs once
-on it too, logged and reported. On CUDA hosts, and while not redirecting, torch's own
-code runs.
-
-``torch.nn.parallel.data_parallel`` (the functional form) is not covered.
+once on the whole batch. Here ``torch.nn.parallel.scatter_gather.scatter`` does exactly
+that with ``.to`` for one device (for ``DataParallel`` and the functional
+``data_parallel`` alike); several ``device_ids`` (``[0, 1]``) given to ``DataParallel``
+name the one real device, so the module runs once on it too, logged and reported. On
+CUDA hosts, and while not redirecting, torch's own code runs.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.nn.parallel import DataParallel
+from torch.nn.parallel import DataParallel, scatter_gather
 
 from torchdevice import ledger
 from torchdevice.runtime import active
@@ -33,7 +32,7 @@ __all__ = ["GROUP", "install"]
 GROUP = "data_parallel"
 
 _ORIGINAL_INIT = DataParallel.__dict__["__init__"]
-_ORIGINAL_SCATTER = DataParallel.__dict__["scatter"]
+_ORIGINAL_SCATTER = scatter_gather.scatter
 _INIT_SIGNATURE = inspect.signature(_ORIGINAL_INIT)
 
 
@@ -77,18 +76,16 @@ def _to(value: Any, device: torch.device) -> Any:
 
 
 @functools.wraps(_ORIGINAL_SCATTER)
-def _scatter(
-    self: DataParallel[Any],
-    inputs: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-    device_ids: Sequence[int | torch.device],
-) -> Any:
-    """torch's scatter on one device, without ``torch._C._scatter``: the inputs moved to
-    the module's device, one chunk (the whole batch)."""
-    if not _redirected() or len(device_ids) != 1:
-        return _ORIGINAL_SCATTER(self, inputs, kwargs, device_ids)
-    device = self.src_device_obj
-    return (_to(tuple(inputs), device),), (_to(dict(kwargs or {}), device),)
+def _scatter(inputs: Any, target_gpus: Sequence[int | torch.device], dim: int = 0) -> Any:
+    """torch's scatter for one device, without ``torch._C._scatter``: the one chunk is
+    the whole of ``inputs``, moved to the device, in the structure torch returns."""
+    if not _redirected() or len(target_gpus) != 1:
+        return _ORIGINAL_SCATTER(inputs, target_gpus, dim)
+    target = target_gpus[0]
+    device = target if isinstance(target, torch.device) else torch.device("cuda", target)
+    if isinstance(inputs, torch.Tensor):
+        return (inputs.to(device),)
+    return [_to(inputs, device)]
 
 
 def install() -> None:
@@ -97,4 +94,5 @@ def install() -> None:
     if ledger.has(GROUP):
         return
     ledger.set_attr(GROUP, DataParallel, "__init__", _init)
-    ledger.set_attr(GROUP, DataParallel, "scatter", _scatter)
+    # The module global that scatter_kwargs (DataParallel.scatter, data_parallel) calls.
+    ledger.set_attr(GROUP, scatter_gather, "scatter", _scatter)

@@ -61,7 +61,7 @@ _ORIGINAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
 _STAGED_FUNCTIONS = tuple(name for name in (
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "reduce", "all_to_all_single", "all_to_all",
-    "all_gather_single", "reduce_scatter_single",
+    "all_gather_single", "reduce_scatter_single", "gather", "scatter",
 ) if hasattr(c10d, name))  # fmt: skip
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS

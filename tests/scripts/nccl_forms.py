@@ -221,6 +221,21 @@ def broadcast_float8(group: Any, rank: int, world: int) -> Any:
     return x.float().tolist()
 
 
+@form
+def gather_to_rank0(group: Any, rank: int, world: int) -> Any:
+    gathered = [torch.zeros(2, device="cuda") for _ in range(world)] if rank == 0 else None
+    dist.gather(full((2,), rank + 1), gathered, dst=0, group=group)
+    return None if gathered is None else [t.tolist() for t in gathered]
+
+
+@form
+def scatter_from_rank1(group: Any, rank: int, world: int) -> Any:
+    mine = torch.zeros(2, device="cuda")
+    pieces = [full((2,), 10 + r) for r in range(world)] if rank == 1 else None
+    dist.scatter(mine, pieces, src=1, group=group)
+    return mine.tolist()
+
+
 # -- all_to_all ----------------------------------------------------------------------------
 @form
 def all_to_all_single_even(group: Any, rank: int, world: int) -> Any:
