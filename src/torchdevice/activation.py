@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, patches, report_parts, threads
+from torchdevice import ledger, mode, patches, report_file, report_parts, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
@@ -229,6 +229,9 @@ def enable(**options: Unpack[Options]) -> None:
     here (but ``cpu_override``, and a ``host`` the child could not be) are exported to the
     environment they inherit, until ``disable()``; the ``.pth`` file installed with
     torchdevice enables them when they import torch (docs: "Child processes").
+
+    With ``report_path`` (or ``TORCHDEVICE_REPORT``), the migration report of the whole run
+    is written there when the process exits (:mod:`torchdevice.report_file`).
     """
     with _lock:
         if runtime_module.active() is not None and options == _options:
@@ -249,6 +252,7 @@ def enable(**options: Unpack[Options]) -> None:
             raise
         configure_logging(settings.log_level)
         _activate(_runtime_for(host, settings), dict(options))
+        report_file.request(settings.report_path, report)  # written at exit (report_file)
 
 
 #: The runtime of the last activation, reused by the next one with the same host and
