@@ -526,8 +526,9 @@ class _Porter:
         if not (isinstance(statement, ast.Expr) and statement.value is call):
             return False
         parent = self.src.parents.get(statement)
-        body = next((getattr(parent, name) for name in ("body", "orelse", "finalbody")
-                     if statement in getattr(parent, name, ())), [])  # fmt: skip
+        blocks = ("body", "orelse", "finalbody")
+        body: list[ast.stmt] = next((getattr(parent, name) for name in blocks
+                                     if statement in getattr(parent, name, ())), [])  # fmt: skip
         index = body.index(statement)
         if index == 0:
             return False
