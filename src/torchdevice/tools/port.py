@@ -716,13 +716,20 @@ def library_of(path: str) -> str | None:
 
 
 def port_report(report: MigrationReport, root: Path) -> PortResult:
-    """Port every user file of ``report`` below ``root``; the patch's paths are relative to it."""
+    """Port every user file of ``report`` below ``root``; the patch's paths are relative to it.
+
+    A relative file name (a portable report, :func:`torchdevice.report.relocate`) is read
+    relative to ``root``.
+    """
+    root = root.resolve()
     by_file: dict[str, list[Entry]] = {}
     for entry in report.entries:
-        by_file.setdefault(entry.site.filename, []).append(entry)
+        filename = entry.site.filename
+        if not filename.startswith("<") and not os.path.isabs(filename):
+            filename = str(root / filename)  # a portable report: relative to the root
+        by_file.setdefault(filename, []).append(entry)
     files: list[FilePort] = []
     skipped: list[tuple[str, str]] = []
-    root = root.resolve()
     for filename in sorted(by_file):
         library = library_of(filename)
         if library is not None:
