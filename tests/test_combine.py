@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from torchdevice.callsite import CallSite
 from torchdevice.report import Entry, MigrationReport, relocate
 from torchdevice.tools import cli
+from torchdevice.tools.port import MARK
 
 SOURCE = 'import torch\nx = torch.ones(2, device="cuda")\ny = torch.zeros(2).cuda()\n'
 ONES = (2, 2, 4, 32)  # the span of torch.ones(...) on line 2
@@ -142,3 +144,48 @@ def test_a_portable_report_ports_in_any_checkout(
     capsys.readouterr()
     subprocess.run(["git", "apply", str(patch)], cwd=here, check=True, timeout=60)
     assert "torch.zeros(2).to(device)" in (here / "train.py").read_text(encoding="utf-8")
+
+
+def test_port_static_also_ports_the_lines_that_did_not_run_and_marks_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    here = _checkout(tmp_path / "here")
+    (here / "train.py").write_text(
+        SOURCE
+        + textwrap.dedent("""\
+            if x.sum() > 100:  # never taken
+                torch.cuda.synchronize()
+                z = torch.randn(3, device="cuda:1").to("cuda")
+                with torch.autocast("cuda"):
+                    pass
+                torch.distributed.init_process_group("nccl")
+                ok = torch.device("cpu")  # device-agnostic already: left alone
+            """),
+        encoding="utf-8",
+    )
+    report = _write(tmp_path / "r.json", _report(str(here / "train.py"), ones=1, cuda=1))
+    base = ["port", "--report", str(report), "--root", str(here)]
+    assert cli.main(base) == 0
+    without = capsys.readouterr().out
+    assert "+    if torch.accelerator.is_available():" not in without  # only what ran
+    assert cli.main([*base, "--static"]) == 0
+    patch = capsys.readouterr().out
+    added = [line[1:] for line in patch.splitlines() if line.startswith("+")]
+    unverified = (
+        f"{MARK} unverified: this line did not run in the reported run(s); check it by hand"
+    )
+    assert added[-9:] == [
+        f"    {unverified}",
+        "    if torch.accelerator.is_available():",
+        "        torch.accelerator.synchronize()",
+        f"    {unverified}",
+        "    z = torch.randn(3, device=device).to(device)",
+        f"    {unverified}",
+        "    with torch.autocast(device.type):",
+        f"    {unverified}",
+        "    torch.distributed.init_process_group("
+        "torch.distributed.get_default_backend_for_device(device))",
+    ]
+    # The lines that ran carry no such mark.
+    assert "x = torch.ones(2, device=device)" in added
+    assert added[added.index("x = torch.ones(2, device=device)") - 1] != unverified

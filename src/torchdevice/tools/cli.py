@@ -181,6 +181,9 @@ def _port_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--paths", action="append", default=[], metavar="OLD=NEW",
                         help="read the report's files below OLD from NEW instead (a report "
                         "made in CI or another checkout); repeatable")  # fmt: skip
+    parser.add_argument("--static", action="store_true",
+                        help="also port the lines of the reported files that did not run, "
+                        "found by reading them (marked unverified)")  # fmt: skip
     parser.add_argument("-o", "--output", type=Path, metavar="PATCH",
                         help="write the patch to PATCH (default: stdout)")  # fmt: skip
     parser.add_argument("--root", type=Path, default=Path("."), metavar="DIR",
@@ -232,7 +235,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
     if not report.entries:
         print(f"{prog}: the report has no entries: the run asked for no device, so there is "
               "nothing to port", file=sys.stderr)  # fmt: skip
-    result = port_report(report, ns.root)
+    result = port_report(report, ns.root, static=ns.static)
     for filename, why in result.skipped:
         print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
     for file in result.files:
