@@ -1,10 +1,14 @@
 """``torchdevice port`` round trip: run redirected, port, ``git apply``, run natively.
 
-Each example (a copy, in a temporary git repository) runs once redirected to write its
-JSON report, is ported from that report, patched with ``git apply``, and then runs
-natively on this CPU host with torchdevice switched off and never imported. The scripts
-whose every line has a device-agnostic form pass their own checks; the others stop at a
-line the patch marked with a ``# torchdevice port:`` comment saying why, and nowhere else.
+Each example, and each CUDA-first script of tests/port_scripts (one or more per rewrite:
+memory statistics, events, streams, threads, DataLoader workers, checkpoints, autocast,
+GradScaler, distributed), is copied into a temporary git repository, runs once redirected
+to write its JSON report, is ported from that report, patched with ``git apply``, and then
+runs natively on this CPU host as ``python SCRIPT``, with torchdevice switched off and a
+``torchdevice`` that fails on import first on the path. The scripts whose every line has a
+device-agnostic form pass their own checks; a check that reads a value the CPU has no
+counterpart for is named; the others stop at a line the patch marked with a
+``# torchdevice port:`` comment saying why, and nowhere else.
 """
 
 from __future__ import annotations
@@ -24,73 +28,32 @@ from torchdevice.tools.port import MARK, port_report
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PASSES = "all checks pass"
+#: The outcome of a script that runs to its end but fails the check named after it, and
+#: only that one: a check of a value the CPU has no counterpart for, which the ported code
+#: reads as a neutral value (0 bytes of accelerator memory).
+NEUTRAL = "only this check fails: "
 
-#: A CUDA-first script of the test's own: a guard, one device, .cuda(non_blocking=...),
-#: autocast and GradScaler, seeds, synchronize, a checkpoint and a one-rank NCCL group.
-CUDA_FIRST = """\
-import sys
-import tempfile
-from pathlib import Path
-
-import torch
-import torch.distributed as dist
-from torch import nn
-
-if not torch.cuda.is_available():
-    sys.exit("needs CUDA")
-
-device = torch.device("cuda:0")
-
-
-def main() -> int:
-    torch.cuda.manual_seed_all(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("nccl", init_method=f"file://{tmp}/pg", rank=0, world_size=1)
-        model = nn.Linear(4, 1).cuda()
-        scaler = torch.cuda.amp.GradScaler()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(64, 4).cuda(non_blocking=True)
-        y = x.sum(dim=1, keepdim=True)
-        losses = []
-        for _ in range(30):
-            optimizer.zero_grad()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = nn.functional.mse_loss(model(x).float(), y)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            losses.append(loss.item())
-        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-        dist.all_reduce(flat)
-        torch.cuda.synchronize()
-        torch.save(model.state_dict(), Path(tmp) / "m.pt")
-        state = torch.load(Path(tmp) / "m.pt", map_location="cuda")
-        dist.destroy_process_group()
-    same = all(v.device == next(model.parameters()).device for v in state.values())
-    print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} on {device}, checkpoint on the device: {same}")
-    return 0 if losses[-1] < losses[0] and same else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-"""
+#: CUDA-first scripts of the test's own, one or more per rewrite (tests/port_scripts/).
+SCRIPTS = Path(__file__).resolve().parent / "port_scripts"
 
 #: script -> (arguments, what the native run of the ported copy does: PASSES, or the error
 #: it stops with and the comment the port left above that line, in the same function).
 CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "cuda_first.py": ((), PASSES, ""),
+    "train_amp.py": ((), PASSES, ""),
+    "memory_stats.py": ((), PASSES, ""),
+    "events_streams.py": ((), PASSES, ""),
+    "devices_seeds.py": ((), PASSES, ""),
+    "distributed_amp.py": ((), PASSES, ""),
     "basic_tensors.py": ((), PASSES, ""),
     "train_cuda.py": (("--epochs", "4", "--min-accuracy", "0.0"), PASSES, ""),
     "neural_network.py": (("--epochs", "2"), PASSES, ""),
-    "matrix_multiplication.py": (
-        ("--size", "64"),
-        "cpu backend doesn't support events",
-        "torch.Event has no CPU backend",
-    ),
+    "matrix_multiplication.py": (("--size", "64"), PASSES, ""),
+    "hf_generate.py": ((), NEUTRAL + "torch.cuda.max_memory_allocated() answers", ""),
+    # Device properties have no device-agnostic form: these two read them first thing.
     "device_info.py": (
         (),
-        "Cannot access accelerator device when none is available",
-        "torch.accelerator.current_device_index() raises on a host without an accelerator",
+        "Torch not compiled with CUDA enabled",
+        "torch.cuda.get_device_properties(): device properties",
     ),
     "events_streams_memory.py": (
         ("--steps", "10"),
@@ -99,25 +62,26 @@ CASES: dict[str, tuple[tuple[str, ...], str, str]] = {
     ),
 }
 
-#: Runs the script as __main__ and fails if anything imported torchdevice.
-NATIVE = """\
-import runpy, sys
-sys.argv = sys.argv[1:]
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-    code = 0
-except SystemExit as exc:
-    code = exc.code
-finally:
-    if "torchdevice" in sys.modules:
-        print("NATIVE RUN IMPORTED TORCHDEVICE", file=sys.stderr)
-        code = 3
-sys.exit(code)
-"""
+#: Examples not in CASES, and why: a test fails when an example is neither.
+NOT_PORTED = {
+    "unsupported_functions.py": "it shows torchdevice's own behaviour (it imports torchdevice)",
+}
 
 
-def _native_env() -> dict[str, str]:
-    """os.environ without anything that switches torchdevice on, nor its source on the path.
+def test_every_example_is_ported_or_says_why_not() -> None:
+    examples = {path.name for path in EXAMPLES.glob("*.py")}
+    assert examples == (examples & set(CASES)) | set(NOT_PORTED)
+    assert {path.name for path in SCRIPTS.glob("*.py")} <= set(CASES)
+
+
+#: A ``torchdevice`` package that fails on import: first on the native run's path, so the
+#: ported code can be shown not to need torchdevice whatever PYTHONPATH holds.
+POISON = 'raise ImportError("NATIVE RUN IMPORTED TORCHDEVICE")\n'
+
+
+def _native_env(poison: Path) -> dict[str, str]:
+    """os.environ without anything that switches torchdevice on, and a poisoned
+    ``torchdevice`` ahead of the caller's PYTHONPATH (the source tree is still on it).
 
     One intra-op thread: these models are tiny, and on a loaded 2-core runner torch's
     spinning thread pool makes them many times slower.
@@ -125,10 +89,13 @@ def _native_env() -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS", "PYTHONPATH"}
+        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
         and not name.startswith("TORCHDEVICE_")
     }
-    return {**env, "OMP_NUM_THREADS": "1"}
+    (poison / "torchdevice").mkdir(parents=True, exist_ok=True)
+    (poison / "torchdevice" / "__init__.py").write_text(POISON, encoding="utf-8")
+    path = os.pathsep.join(p for p in (str(poison), os.environ.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -161,18 +128,22 @@ def _comments_before(source: str, line: int) -> list[str]:
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
     arguments, outcome, comment = CASES[name]
+    if name == "hf_generate.py":
+        pytest.importorskip("transformers")
     repo = tmp_path / "repo"
     repo.mkdir()
     script = repo / name
-    if name == "cuda_first.py":
-        script.write_text(CUDA_FIRST, encoding="utf-8")
-    else:
-        shutil.copy(EXAMPLES / name, script)
+    shutil.copy(SCRIPTS / name if (SCRIPTS / name).exists() else EXAMPLES / name, script)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True, timeout=60)
     python = [sys.executable, *(["-X", "dev"] if sys.flags.dev_mode else [])]
 
     # 1. Redirected, for the report (the native environment, plus the path to this tree).
-    env = {**_native_env(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env = {
+        name: value
+        for name, value in _native_env(tmp_path / "poison").items()
+        if name != "PYTHONPATH"
+    }
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     report_path = tmp_path / "report.json"
     command = [*python, "-m", "torchdevice", "run", "--report", str(report_path)]
     redirected = _run([*command, str(script), *arguments], repo, env)
@@ -192,10 +163,26 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
     assert ported == result.files[0].new
 
     # 3. Natively: no torchdevice, and the script's own checks.
-    native = _run([*python, "-c", NATIVE, str(script), *arguments], repo, _native_env())
+    # Plain `python script.py`, as a user runs it, with torchdevice unimportable.
+    native = _run([*python, str(script), *arguments], repo, _native_env(tmp_path / "poison"))
     output = f"patch:\n{result.patch}\nstdout:\n{native.stdout}\nstderr:\n{native.stderr}"
     assert "NATIVE RUN IMPORTED TORCHDEVICE" not in native.stderr, output
-    if outcome == PASSES:
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(ast.parse(ported))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(ast.parse(ported))
+        if isinstance(node, ast.ImportFrom)
+    }
+    assert "torchdevice" not in imported, output
+    if outcome.startswith(NEUTRAL):
+        failed = [line.strip() for line in native.stdout.splitlines() if "[FAIL]" in line]
+        assert failed == [f"[FAIL] {outcome.removeprefix(NEUTRAL)}"], output
+        assert "Traceback" not in native.stderr, output
+    elif outcome == PASSES:
         assert native.returncode == 0, output
         assert "[FAIL]" not in native.stdout, output
     else:  # it stops where the patch said it would, and only there

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, net, patches, report_parts, threads
+from torchdevice import ledger, mode, net, patches, report_file, report_parts, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
@@ -239,6 +239,9 @@ def enable(**options: Unpack[Options]) -> None:
     here (but ``cpu_override``, and a ``host`` the child could not be) are exported to the
     environment they inherit, until ``disable()``; the ``.pth`` file installed with
     torchdevice enables them when they import torch (docs: "Child processes").
+
+    With ``report_path`` (or ``TORCHDEVICE_REPORT``), the migration report of the whole run
+    is written there when the process exits (:mod:`torchdevice.report_file`).
     """
     with _lock:
         if runtime_module.active() is not None and options == _options:
@@ -261,6 +264,7 @@ def enable(**options: Unpack[Options]) -> None:
         fresh = not _serves(_last_runtime, host, settings)
         runtime = _runtime_for(host, settings)
         _activate(runtime, dict(options))
+        report_file.request(settings.report_path, report)  # written at exit (report_file)
         if fresh:  # once per process and configuration, whichever way it was switched on
             logger.info("%s", describe(runtime))
 
@@ -296,7 +300,7 @@ def _runtime_for(host: Host, settings: Settings) -> Runtime:
     """
     global _last_runtime
     last = _last_runtime
-    if _serves(last, host, settings):
+    if last is not None and _serves(last, host, settings):
         last.set_cpu_override(settings.cpu_override)
         return last
     _last_runtime = Runtime(host, settings, _recorder)

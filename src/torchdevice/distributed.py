@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.nn.parallel import DistributedDataParallel
-from torch.overrides import _len_torch_function_stack, _pop_mode, _push_mode
+from torch.overrides import _pop_mode, _push_mode
 
 from torchdevice import ledger, nccl_forms
 from torchdevice.policy import resolve_backend
@@ -103,13 +103,13 @@ def off_the_stack() -> Iterator[None]:
     never takes the GIL. torch's own code runs natively in these functions, as the
     functions modes see (none of them is overridable) would anyway.
     """
-    popped = [_pop_mode() for _ in range(_len_torch_function_stack())]
+    popped = [_pop_mode() for _ in range(torch._C._len_torch_function_stack())]  # type: ignore[no-untyped-call]
     try:
         with torch._C.DisableTorchFunction():
             yield
     finally:
         for entry in reversed(popped):
-            _push_mode(entry)
+            _push_mode(entry)  # type: ignore[no-untyped-call]
 
 
 def _off_the_stack(original: Callable[..., Any]) -> Callable[..., Any]:

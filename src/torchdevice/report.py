@@ -10,8 +10,10 @@ workers, and the parts :mod:`torchdevice.report_parts` collects from a run's chi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ __all__ = [
     "Recorder",
     "api_name",
     "merge",
+    "relocate",
 ]
 
 #: The version of the JSON report's schema (:mod:`torchdevice.report_schema`).
@@ -235,6 +238,52 @@ def merge(reports: Iterable[MigrationReport], host: str | None = None) -> Migrat
     )
     label = host if host is not None else first_host or ""
     return MigrationReport(label, _by_count(entries), max(processes, 1), tuple(sorted(ranks)))
+
+
+def _parse_mapping(pair: str) -> tuple[str, str]:
+    """``"OLD=NEW"`` as a pair; a ``ValueError`` naming it otherwise."""
+    old, sep, new = pair.partition("=")
+    if not sep or not old:
+        raise ValueError(f"a path mapping is OLD=NEW, not {pair!r}")
+    return old, new
+
+
+def relocate(
+    report: MigrationReport,
+    mapping: Iterable[str | tuple[str, str]] = (),
+    relative_to: str | os.PathLike[str] | None = None,
+) -> MigrationReport:
+    """``report`` with its file names moved, so a report made elsewhere (CI, another
+    checkout) names the files here, as coverage.py's ``[paths]`` does.
+
+    ``mapping`` is ``(OLD, NEW)`` pairs or ``"OLD=NEW"`` strings: a file name that starts
+    with the directory ``OLD`` (``\\`` and ``/`` alike) starts with ``NEW`` instead; the
+    first pair that matches wins. Then, with ``relative_to``, a file below that directory
+    is named relative to it: a portable report, which ``torchdevice port --root`` resolves
+    against the checkout it is given. Counts, spans and everything else are unchanged.
+    """
+    pairs = [_parse_mapping(pair) if isinstance(pair, str) else pair for pair in mapping]
+    root = None if relative_to is None else os.path.abspath(relative_to)
+
+    def moved(filename: str) -> str:
+        name = filename.replace("\\", "/")
+        for old, new in pairs:
+            prefix = old.replace("\\", "/").rstrip("/")
+            if name == prefix or name.startswith(prefix + "/"):
+                filename = new.rstrip("/\\") + name[len(prefix) :]
+                break
+        if root is not None and os.path.isabs(filename):
+            relative = os.path.relpath(filename, root)
+            if not relative.startswith(os.pardir):
+                return Path(relative).as_posix()
+        return filename
+
+    entries = [
+        Entry(CallSite(moved(e.site.filename), e.site.lineno, e.site.function), e.kind, e.api,
+              e.requested, e.decided, e.reason, e.count, e.positions)
+        for e in report.entries
+    ]  # fmt: skip
+    return merge([dataclasses.replace(report, entries=tuple(entries))])
 
 
 _API_NAMES = {"_parse_to": "Module.to", "device": "torch.device"}

@@ -37,7 +37,9 @@ class SettingsModel(BaseModel):
         "(the CPU always; tests inject simulated hosts as Host objects).",
     )
     report_path: Path | None = Field(
-        None, description="Where the launcher writes the migration report (JSON if .json)."
+        None,
+        description="Where the migration report is written when the process exits (JSON "
+        "if .json), whichever way torchdevice was switched on.",
     )
     fallback: bool = Field(True, description="Rerun on the CPU the ops the accelerator cannot run.")
     cuda_available: bool = Field(

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from torchdevice.errors import UnsupportedFeatureError
-from torchdevice.facade import real_device
+from torchdevice.facade import real_device, reporting
 from torchdevice.facade.properties import DeviceProperties, properties_of
 
 __all__ = [
@@ -132,6 +132,8 @@ class device:
     """``with torch.cuda.device(i):`` selects device ``i`` for the block (one device: 0)."""
 
     def __init__(self, device: Any) -> None:
+        if type(self) is __class__:  # type: ignore[name-defined]  # device_of is not this call
+            reporting.count_call("torch.cuda.device")  # a line to port, as the functions are
         self.idx = real_device.checked(device)
         self.prev_idx = -1
 

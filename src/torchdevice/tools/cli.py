@@ -7,7 +7,8 @@
     torchdevice run [OPTIONS] SCRIPT [ARGS...]          # the same
     torchdevice info                                    # host, policy table, versions
     torchdevice compare [--output DIR] [PYTEST ARGS...] # tests native vs redirected
-    torchdevice port [-o PATCH] (--report REPORT.json | SCRIPT [ARGS...])  # a patch
+    torchdevice port [-o PATCH] (--report REPORT.json... | SCRIPT [ARGS...])  # a patch
+    torchdevice combine [-o OUT] REPORT.json...          # merge reports of separate runs
     torchdevice --version
 
 ``run`` is the default: a first argument that is no subcommand is the script. Each
@@ -165,6 +166,7 @@ _COMMANDS = {
     "compare": "run a test suite natively and redirected and report the difference",
     "port": "write a patch that makes your files device-agnostic, from a migration report "
     "(or by running the script redirected)",
+    "combine": "merge JSON migration reports made by separate runs into one",
 }
 
 
@@ -177,8 +179,15 @@ def _port_parser(prog: str) -> argparse.ArgumentParser:
         "cannot be rewritten mechanically gets a `# torchdevice port:` comment saying why. "
         "See docs/port.md.",
     )
-    parser.add_argument("--report", type=Path, metavar="REPORT.json",
-                        help="port from this JSON report, not by running a script")  # fmt: skip
+    parser.add_argument("--report", type=Path, metavar="REPORT.json", action="append",
+                        help="port from this JSON report, not by running a script; repeat it "
+                        "to port from several reports merged")  # fmt: skip
+    parser.add_argument("--paths", action="append", default=[], metavar="OLD=NEW",
+                        help="read the report's files below OLD from NEW instead (a report "
+                        "made in CI or another checkout); repeatable")  # fmt: skip
+    parser.add_argument("--static", action="store_true",
+                        help="also port the lines of the reported files that did not run, "
+                        "found by reading them (marked unverified)")  # fmt: skip
     parser.add_argument("-o", "--output", type=Path, metavar="PATCH",
                         help="write the patch to PATCH (default: stdout)")  # fmt: skip
     parser.add_argument("--root", type=Path, default=Path("."), metavar="DIR",
@@ -194,12 +203,12 @@ def _port(argv: Sequence[str], prog: str) -> int:
     import json  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
-    from torchdevice.report import MigrationReport  # noqa: PLC0415
+    from torchdevice.report import MigrationReport, relocate  # noqa: PLC0415
     from torchdevice.tools.port import port_report  # noqa: PLC0415 - only this subcommand
 
     parser = _port_parser(prog)
     ours, rest = split_leading(
-        list(argv), takes_value={"--report", "-o", "--output", "--root"},
+        list(argv), takes_value={"--report", "-o", "--output", "--root", "--paths"},
         is_flag=lambda arg: arg.startswith("-") and arg != "-",
     )  # fmt: skip
     ns = parser.parse_args(ours)
@@ -209,11 +218,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
     if problem:  # found now, not after the script ran
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
     if ns.report is not None:
-        try:
-            raw = json.loads(ns.report.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            parser.exit(2, f"{prog}: error: cannot read the report {str(ns.report)!r}: {exc}\n")
-        report = _read_report(raw, ns.report, parser, prog)
+        report = _read_reports(ns.report, parser, prog)
     else:
         if not Path(rest[0]).exists():
             parser.exit(2, f"{prog}: can't open file {os.path.abspath(rest[0])!r}: "
@@ -230,10 +235,14 @@ def _port(argv: Sequence[str], prog: str) -> int:
                 print(f"{prog}: the script exited with status {done.returncode}; porting the "
                       "calls it made before that", file=sys.stderr)  # fmt: skip
             report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        report = relocate(report, ns.paths)
+    except ValueError as exc:
+        parser.error(str(exc))
     if not report.entries:
         print(f"{prog}: the report has no entries: the run asked for no device, so there is "
               "nothing to port", file=sys.stderr)  # fmt: skip
-    result = port_report(report, ns.root)
+    result = port_report(report, ns.root, static=ns.static)
     for filename, why in result.skipped:
         print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
     for file in result.files:
@@ -245,6 +254,55 @@ def _port(argv: Sequence[str], prog: str) -> int:
         sys.stdout.write(result.patch)
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
+    return 0
+
+
+def _read_reports(paths: Sequence[Path], parser: argparse.ArgumentParser, prog: str) -> Any:
+    """The JSON reports at ``paths``, merged; a one-line usage error for one it cannot read."""
+    import json  # noqa: PLC0415
+
+    from torchdevice.report import merge  # noqa: PLC0415
+
+    reports = []
+    for path in paths:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            parser.exit(2, f"{prog}: error: cannot read the report {str(path)!r}: {exc}\n")
+        reports.append(_read_report(raw, path, parser, prog))
+    return reports[0] if len(reports) == 1 else merge(reports)
+
+
+def _combine(argv: Sequence[str], prog: str) -> int:
+    from torchdevice.report import relocate  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog=prog, description=_COMMANDS["combine"].capitalize()
+                                     + ": counts add up per call site, as `coverage combine` "
+                                     "does. See docs/report.md.")  # fmt: skip
+    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
+    parser.add_argument("-o", "--output", type=Path, metavar="PATH",
+                        help="write it to PATH (JSON if it ends in .json, text otherwise; "
+                        "default: JSON on stdout)")  # fmt: skip
+    parser.add_argument("--paths", action="append", default=[], metavar="OLD=NEW",
+                        help="name the files below OLD from NEW instead; repeatable")  # fmt: skip
+    parser.add_argument("--relative-to", type=Path, metavar="DIR",
+                        help="name the files below DIR relative to it: a report that "
+                        "`torchdevice port --root` reads in another checkout")  # fmt: skip
+    ns = parser.parse_args(list(argv))
+    report = _read_reports(ns.reports, parser, prog)
+    try:
+        report = relocate(report, ns.paths, ns.relative_to)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if ns.output is None:
+        sys.stdout.write(report.to_json() + "\n")
+        return 0
+    try:
+        report.write(ns.output)
+    except OSError as exc:
+        parser.exit(2, f"{prog}: error: cannot write {str(ns.output)!r}: {exc.strerror}\n")
+    print(f"{prog}: {len(ns.reports)} report(s), {report.total} call(s) at "
+          f"{len(report.entries)} call site(s) -> {ns.output}", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -397,6 +455,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
         return _info(rest, f"{prog} info")
     if command == "port":
         return _port(rest, f"{prog} port")
+    if command == "combine":
+        return _combine(rest, f"{prog} combine")
     if command == "compare":
         from torchdevice.tools import compare  # noqa: PLC0415 - only this subcommand needs it
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation, logs, report_parts
+from torchdevice import activation, logs, report_file, report_parts
 
 __all__ = ["LaunchError", "run_module", "run_script"]
 
@@ -52,8 +52,8 @@ def _emit_report(report_path: Path | None, stream: TextIO) -> None:
         return  # its part goes to the process that started the run, which reports
     report = activation.report()
     if report_path is not None:
-        report.write(report_path)
-        print(f"torchdevice: migration report written to {report_path}", file=stream)
+        if report_file.write(report, report_path):
+            print(f"torchdevice: migration report written to {report_path}", file=stream)
     else:
         print(report.to_text(), file=stream)
 
@@ -118,6 +118,7 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
     printed with the script's frames only.
     """
     _enable(options)
+    report_file.claim()  # the launcher reports (or, quiet, does not), not enable()'s handler
     if not quiet:
         atexit.register(_emit_report, report_path, sys.stderr)
     try:

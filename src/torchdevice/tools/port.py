@@ -25,18 +25,22 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
+from torchdevice.callsite import CallSite
 from torchdevice.guide import origin
-from torchdevice.report import Entry, MigrationReport
+from torchdevice.report import Entry, EventKind, MigrationReport
 from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, HELPERS, helper_closure, rewrite_for
 
 __all__ = [
     "DEVICE_EXPRESSION",
+    "STATIC_REASON",
     "FilePort",
     "PortResult",
     "library_of",
     "port_report",
     "port_source",
+    "static_entries",
     "unified_diff",
 ]
 
@@ -526,8 +530,9 @@ class _Porter:
         if not (isinstance(statement, ast.Expr) and statement.value is call):
             return False
         parent = self.src.parents.get(statement)
-        body = next((getattr(parent, name) for name in ("body", "orelse", "finalbody")
-                     if statement in getattr(parent, name, ())), [])  # fmt: skip
+        blocks = ("body", "orelse", "finalbody")
+        body: list[ast.stmt] = next((getattr(parent, name) for name in blocks
+                                     if statement in getattr(parent, name, ())), [])  # fmt: skip
         index = body.index(statement)
         if index == 0:
             return False
@@ -658,6 +663,76 @@ def _calls_of(source: _Source, entry: Entry) -> Iterator[ast.Call]:
             yield call
 
 
+#: The reason of a row that ``port --static`` found by reading the file, not in a run.
+STATIC_REASON = "not run: found by reading the file (port --static)"
+_UNVERIFIED = "unverified: this line did not run in the reported run(s); check it by hand"
+_BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
+#: Calls that take a device as their first positional argument, and their report names.
+_POSITIONAL = {
+    "to": "Tensor.to",
+    "autocast": "torch.autocast",
+    "GradScaler": "torch.amp.GradScaler",
+}
+
+
+def _static_api(call: ast.Call) -> tuple[str, str, str] | None:
+    """(kind, api, requested) of a call written for one device, read from the source alone;
+    ``None`` for any other call."""
+    name = _dotted(call.func)
+    if name.startswith(("torch.cuda.", "torch.mps.")):
+        kind = "redirect" if ".amp." in name else "device-api"
+        return kind, name, name.split(".")[1]
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "cuda":
+        return "redirect", "Tensor.cuda", "cuda"
+    if name == "torch.device" and _is_device_literal(call):
+        return "redirect", "torch.device", "cuda"
+    called = call.func.attr if isinstance(call.func, ast.Attribute) else name
+    if called in _BACKEND_CALLS:
+        backend = _keyword(call, "backend")
+        node = backend.value if backend is not None else (call.args[0] if call.args else None)
+        if isinstance(node, ast.Constant) and node.value == "nccl":
+            return "redirect", f"torch.distributed.{called}", "nccl"
+        return None
+    for keyword in ("device", "map_location", "device_type"):
+        found = _keyword(call, keyword)
+        if found is not None and _is_device_literal(found.value):
+            named = {"map_location": "torch.load", "device_type": "torch.autocast"}
+            api = named.get(keyword) or (name if name.startswith("torch.") else f"torch.{called}")
+            return "redirect", api, "cuda"
+    first = call.args[0] if call.args else None
+    if called in _POSITIONAL and isinstance(first, ast.Constant) and _is_device_literal(first):
+        return "redirect", _POSITIONAL[called], str(first.value)
+    return None
+
+
+def static_entries(filename: str, text: str, known: Iterable[Entry]) -> list[Entry]:
+    """Rows for the calls in ``text`` written for one device that no row of ``known`` covers:
+    lines the run did not execute (a branch not taken, a script that stopped early).
+
+    Each is marked :data:`STATIC_REASON`, and the port leaves a comment that it is
+    unverified above it. Found with :mod:`ast`, the way Ascend's transfer tool reads a
+    project: the same calls a run reports, without their arguments' values.
+    """
+    tree = ast.parse(text)
+    covered = {span for entry in known for span in entry.positions}
+    covered_lines = {entry.site.lineno for entry in known if not entry.positions}
+    rows: list[Entry] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or node.end_lineno is None:
+            continue
+        span = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset or 0)
+        if span in covered or node.lineno in covered_lines:
+            continue
+        found = _static_api(node)
+        if found is None:
+            continue
+        kind, api, requested = found
+        site = CallSite(filename, node.lineno, "?")
+        event = cast(EventKind, kind)  # "redirect" or "device-api", from _static_api
+        rows.append(Entry(site, event, api, requested, "?", STATIC_REASON, 1, (span,)))
+    return rows
+
+
 def port_source(text: str, entries: Iterable[Entry]) -> tuple[str, tuple[str, ...]]:
     """The device-agnostic version of ``text`` and the comments left in it.
 
@@ -673,6 +748,8 @@ def port_source(text: str, entries: Iterable[Entry]) -> tuple[str, tuple[str, ..
                 continue
             seen.add((id(call), entry.api))
             porter.port(entry, call)
+            if entry.reason == STATIC_REASON:
+                porter.note(call, _UNVERIFIED)
     edits = porter.finish()
     out = bytearray()
     cursor = 0
@@ -714,14 +791,21 @@ def library_of(path: str) -> str | None:
     return "torchdevice" if os.path.abspath(path).startswith(own) else None
 
 
-def port_report(report: MigrationReport, root: Path) -> PortResult:
-    """Port every user file of ``report`` below ``root``; the patch's paths are relative to it."""
+def port_report(report: MigrationReport, root: Path, *, static: bool = False) -> PortResult:
+    """Port every user file of ``report`` below ``root``; the patch's paths are relative to it.
+
+    A relative file name (a portable report, :func:`torchdevice.report.relocate`) is read
+    relative to ``root``.
+    """
+    root = root.resolve()
     by_file: dict[str, list[Entry]] = {}
     for entry in report.entries:
-        by_file.setdefault(entry.site.filename, []).append(entry)
+        filename = entry.site.filename
+        if not filename.startswith("<") and not os.path.isabs(filename):
+            filename = str(root / filename)  # a portable report: relative to the root
+        by_file.setdefault(filename, []).append(entry)
     files: list[FilePort] = []
     skipped: list[tuple[str, str]] = []
-    root = root.resolve()
     for filename in sorted(by_file):
         library = library_of(filename)
         if library is not None:
@@ -735,7 +819,10 @@ def port_report(report: MigrationReport, root: Path) -> PortResult:
             continue
         try:
             old = path.read_text(encoding="utf-8")
-            new, notes = port_source(old, by_file[filename])
+            rows = by_file[filename]
+            if static:
+                rows = [*rows, *static_entries(filename, old, rows)]
+            new, notes = port_source(old, rows)
         except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             skipped.append((filename, f"cannot be ported: {exc}"))
             continue

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from torchdevice import report_parts
+from torchdevice import report_file, report_parts
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.report import MigrationReport, merge
@@ -284,6 +284,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if path is None:
         return
     state = _state(config)
+    report_file.claim()  # written here (or by the controller), not again at exit
     own = _activation().report()
     if _is_worker(config):
         config.workeroutput[REPORT_KEY] = own.to_dict()  # type: ignore[attr-defined]

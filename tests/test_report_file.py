@@ -1,0 +1,120 @@
+"""The report file at exit, wherever torchdevice is on (each case in a child process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+#: A CUDA-first script: one redirected line, and a child process that makes another.
+SCRIPT = """\
+import subprocess, sys
+{activate}
+import torch
+x = torch.zeros(2, device="cuda")
+subprocess.run([sys.executable, "-c", "import torch; torch.ones(1, device='cuda')"], check=True)
+print("done", x.device)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
+        and not name.startswith("TORCHDEVICE_")
+    }
+    return {**env, **extra}
+
+
+def _run(tmp_path: Path, activate: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(activate=activate), encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, *args, str(script)], cwd=tmp_path, env=_env(**env),
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+
+
+def _rows(path: Path) -> list[tuple[str, int, str]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return sorted((Path(e["file"]).name, e["line"], e["api"]) for e in data["entries"])
+
+
+#: The parent's line, and the child's (``-c``: no file), merged into one report.
+ROWS = [("<string>", 1, "torch.ones"), ("train.py", 4, "torch.zeros")]
+
+
+@pytest.mark.parametrize(
+    ("activate", "env"),
+    [
+        ("", {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_REPORT": "{out}"}),
+        ("import torchdevice; torchdevice.enable()", {"TORCHDEVICE_REPORT": "{out}"}),
+        ("import torchdevice; torchdevice.enable(report_path={out!r})", {}),
+    ],
+    ids=["ACTIVATE_TORCH_DEVICE", "enable-env", "enable-argument"],
+)
+def test_the_report_is_written_at_exit_however_torchdevice_is_on(
+    tmp_path: Path, activate: str, env: dict[str, str]
+) -> None:
+    out = tmp_path / "reports" / "report.json"
+    out.parent.mkdir()
+    values = {name: value.format(out=str(out)) for name, value in env.items()}
+    done = _run(tmp_path, activate.format(out=str(out)), **values)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done cpu\n"
+    assert _rows(out) == ROWS  # one report for the run, the child's call included
+    assert json.loads(out.read_text(encoding="utf-8"))["processes"] == 2
+
+
+def test_a_text_path_gets_the_text_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    done = _run(tmp_path, "", ACTIVATE_TORCH_DEVICE="1", TORCHDEVICE_REPORT=str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("torchdevice migration report (")
+    assert "train.py:4 in <module>(): torch.zeros(cuda) -> cpu:0 x1" in text
+
+
+def test_an_unwritable_report_goes_to_stderr_with_one_line_saying_why(tmp_path: Path) -> None:
+    out = tmp_path / "missing-directory" / "report.json"
+    done = _run(tmp_path, "", ACTIVATE_TORCH_DEVICE="1", TORCHDEVICE_REPORT=str(out))
+    assert done.returncode == 0, done.stderr  # the script's own status
+    assert not out.exists()
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        f"torchdevice: cannot write the migration report to {out} (No such file or directory); "
+        "it follows here instead:"
+    )
+    assert lines[1].startswith("torchdevice migration report (")
+    assert any("train.py:4 in <module>(): torch.zeros(cuda) -> cpu:0 x1" in x for x in lines)
+
+
+def test_the_launcher_writes_the_report_once(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = _run(tmp_path, "", "-m", "torchdevice", TORCHDEVICE_REPORT=str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("torchdevice: migration report written to") == 1, done.stderr
+    assert _rows(out) == ROWS
+
+
+def test_no_path_no_file_and_nothing_on_stderr(tmp_path: Path) -> None:
+    done = _run(tmp_path, "import torchdevice; torchdevice.enable()")
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_a_disable_before_exit_keeps_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    activate = textwrap.dedent(f"""\
+        import atexit, torchdevice
+        torchdevice.enable(report_path={str(out)!r})
+        atexit.register(torchdevice.disable)""")
+    done = _run(tmp_path, activate.replace("\n", "; "))
+    assert done.returncode == 0, done.stderr
+    assert ("train.py", 4, "torch.zeros") in _rows(out)
