@@ -357,3 +357,109 @@ def test_a_bad_setting_is_a_usage_error_under_the_option(
     assert result.stderr.str().strip().splitlines() == [
         f"ERROR: invalid {variable}={value!r} from the environment: {message}"
     ]
+
+
+# -- the summary line, ini keys, UnsupportedFeatureError as a skip ---------------------------
+
+UNSUPPORTED_SUITE = """
+import pytest
+import torch
+
+
+def test_graph():
+    torch.cuda.CUDAGraph()
+
+
+@pytest.mark.torchdevice_skip_unsupported
+def test_graph_marked():
+    torch.cuda.CUDAGraph()
+
+
+@pytest.fixture
+def graph():
+    return torch.cuda.CUDAGraph()
+
+
+@pytest.mark.torchdevice_skip_unsupported
+def test_graph_in_a_fixture(graph):
+    pass
+
+
+def test_redirects():
+    for _ in range(2):
+        torch.ones(1, device="cuda")
+"""
+
+
+@cpu_host_only
+def test_unsupported_features_fail_unless_the_marker_asks_for_a_skip(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_unsupported=UNSUPPORTED_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--torchdevice", "-rfs")
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [1] test_unsupported.py:9: unsupported on this host under torchdevice: "
+            "torch.cuda.CUDAGraph",
+            "SKIPPED [1] test_unsupported.py:19: unsupported on this host under torchdevice: "
+            "torch.cuda.CUDAGraph",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["FAILED test_unsupported.py::test_graph - torchdevice.errors.UnsupportedFeatur*"]
+    )
+    # One summary line on every redirected run, a report path or not: the two torch.ones
+    # calls of one line (the refused graphs are not redirected calls).
+    result.stdout.fnmatch_lines(
+        [
+            "torchdevice: 2 redirected call(s) at 1 call site(s); "
+            "--torchdevice-report=PATH writes the migration report",
+        ]
+    )
+
+
+@cpu_host_only
+def test_the_option_skips_every_unsupported_feature(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_unsupported=UNSUPPORTED_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--torchdevice", "--torchdevice-skip-unsupported"
+    )
+    result.assert_outcomes(passed=1, skipped=3)
+
+
+@cpu_host_only
+def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        """
+        [pytest]
+        torchdevice = true
+        torchdevice_report = out/report.json
+        torchdevice_skip_unsupported = true
+        """
+    )
+    pytester.makepyfile(test_unsupported=UNSUPPORTED_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "torchdevice: redirecting to cpu (cpu host, *)",
+            "torchdevice: 2 redirected call(s) at 1 call site(s); "
+            "migration report written to out/report.json",
+        ]
+    )
+    report = json.loads((pytester.path / "out" / "report.json").read_text())
+    assert [(e["api"], e["count"]) for e in report["entries"] if e["kind"] == "redirect"] == [
+        ("torch.ones", 2)
+    ]
+
+
+def test_ini_keys_are_listed_in_help(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "  torchdevice (bool):*redirect the whole run (as --torchdevice)",
+            "  torchdevice_report (string):*",
+            "  torchdevice_skip_unsupported (bool):*",
+        ]
+    )

@@ -22,6 +22,16 @@ fixture ``torchdevice``
 marker ``@pytest.mark.torchdevice_native``
     the test runs natively even under ``--torchdevice``: redirection is off from its setup
     to its teardown and back on afterwards.
+``--torchdevice-skip-unsupported`` and marker ``@pytest.mark.torchdevice_skip_unsupported``
+    a test (or its setup) that raises :class:`~torchdevice.errors.UnsupportedFeatureError`
+    (a CUDA-only feature such as CUDA graphs, on a host that cannot run it) is reported as
+    skipped, with the feature in the reason, instead of failed.
+ini keys ``torchdevice``, ``torchdevice_report``, ``torchdevice_skip_unsupported``
+    the options, set in the project's configuration (``[tool.pytest.ini_options]``,
+    ``pytest.ini``...); the command line wins over them.
+
+Every ``--torchdevice`` run ends its terminal summary with one line: the redirected calls
+and call sites of the whole run (xdist workers included) and where the report went.
 
 While redirection is on, each test's redirect and fallback counts are added to its
 ``user_properties`` (``torchdevice_redirects``, ``torchdevice_fallbacks``): JUnit XML and
@@ -52,7 +62,7 @@ import pytest
 
 from torchdevice import report_file, report_parts
 from torchdevice.environment import activation_requested
-from torchdevice.errors import SettingsError
+from torchdevice.errors import SettingsError, UnsupportedFeatureError
 from torchdevice.report import MigrationReport, merge
 
 if TYPE_CHECKING:
@@ -61,6 +71,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MARKER",
     "REPORT_KEY",
+    "SKIP_MARKER",
     "pytest_addoption",
     "pytest_configure",
     "pytest_load_initial_conftests",
@@ -75,6 +86,8 @@ __all__ = [
 
 #: Marker for tests that must run natively under ``--torchdevice``.
 MARKER = "torchdevice_native"
+#: Marker for tests whose ``UnsupportedFeatureError`` is a skip.
+SKIP_MARKER = "torchdevice_skip_unsupported"
 #: Key of a worker's migration report in xdist's ``workeroutput``.
 REPORT_KEY = "torchdevice_report"
 #: The environment variable that redirects child processes.
@@ -122,6 +135,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the migration report to PATH at the end of the session (JSON if PATH "
         "ends in .json); under xdist the workers' reports are merged into it",
     )
+    group.addoption(
+        "--torchdevice-skip-unsupported",
+        action="store_true",
+        default=False,
+        dest="torchdevice_skip_unsupported",
+        help="report a test that raises torchdevice.UnsupportedFeatureError (a CUDA-only "
+        "feature this host cannot run) as skipped instead of failed",
+    )
+    parser.addini("torchdevice", "redirect the whole run (as --torchdevice)", type="bool",
+                  default=False)  # fmt: skip
+    parser.addini("torchdevice_report", "where to write the migration report (as "
+                  "--torchdevice-report)", default=None)  # fmt: skip
+    parser.addini("torchdevice_skip_unsupported", "as --torchdevice-skip-unsupported",
+                  type="bool", default=False)  # fmt: skip
+
+
+def _asked(config: pytest.Config) -> bool:
+    """``--torchdevice`` or ``torchdevice = true`` in the configuration."""
+    return bool(config.getoption("torchdevice_enabled") or config.getini("torchdevice"))
+
+
+def _report_path(config: pytest.Config) -> str | None:
+    value = config.getoption("torchdevice_report") or config.getini("torchdevice_report")
+    return str(value) if value else None
 
 
 def _activation() -> ModuleType:
@@ -178,7 +215,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     a variable meant for torchdevice, so the run goes on natively with a
     ``PytestConfigWarning`` that names the variable (``-W error`` makes it an error).
     """
-    requested = early_config.known_args_namespace.torchdevice_enabled
+    requested = bool(
+        early_config.known_args_namespace.torchdevice_enabled or early_config.getini("torchdevice")
+    )
     try:
         activation_requested()
     except SettingsError as exc:
@@ -197,8 +236,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}: run this test natively (torchdevice off) even under --torchdevice",
     )
-    if config.getoption("torchdevice_enabled"):
+    config.addinivalue_line(
+        "markers",
+        f"{SKIP_MARKER}: report this test as skipped if it raises "
+        "torchdevice.UnsupportedFeatureError (a CUDA-only feature this host cannot run)",
+    )
+    if _asked(config):
         _start(config)  # e.g. loaded via `pytest_plugins` in a conftest
+    config.pluginmanager.register(_SkipUnsupported(config), "torchdevice-skip-unsupported")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "torchdevice-xdist")
 
@@ -278,12 +323,13 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write the report (controller or plain run), or hand it to the controller (worker)."""
+    """Merge the run's report (controller or plain run) and write it if asked, or hand it
+    to the controller (worker)."""
     config = session.config
-    path = config.getoption("torchdevice_report")
-    if path is None:
-        return
+    path = _report_path(config)
     state = _state(config)
+    if path is None and not state.enabled:
+        return
     report_file.claim()  # written here (or by the controller), not again at exit
     own = _activation().report()
     if _is_worker(config):
@@ -292,22 +338,68 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     workers = [MigrationReport.from_dict(report) for report in state.worker_reports]
     merged = merge([own, *workers], own.host)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    merged.write(target)
+    if path is not None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        merged.write(target)
     state.written = merged
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """One line: how much was redirected, and where the report went."""
+    """One line on every redirected run (as pytest-cov's summary): how much was redirected,
+    and where the report went."""
     state = config.stash.get(_STATE, None)
     if state is None or state.written is None:
         return
     report = state.written
+    path = _report_path(config)
+    where = (
+        f"migration report written to {path}"
+        if path is not None
+        else "--torchdevice-report=PATH writes the migration report"
+    )
     terminalreporter.write_line(
         f"torchdevice: {report.total} redirected call(s) at {len(report.entries)} call "
-        f"site(s); migration report written to {config.getoption('torchdevice_report')}"
+        f"site(s); {where}"
     )
+
+
+class _SkipUnsupported:
+    """``UnsupportedFeatureError`` in a test's setup or call becomes a skip, when asked.
+
+    Asked per test by the marker, for the run by the option or ini key. Only the error
+    itself counts, not another exception raised while handling it: what the test does
+    with the error is the test's business.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.everywhere = bool(
+            config.getoption("torchdevice_skip_unsupported")
+            or config.getini("torchdevice_skip_unsupported")
+        )
+
+    def _guard(self, item: pytest.Item) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        except UnsupportedFeatureError as exc:
+            if not (self.everywhere or item.get_closest_marker(SKIP_MARKER) is not None):
+                raise
+            # Located at the test, as a skip marker's skip is (pytest's skipping plugin
+            # raises it the same way), not at this line.
+            raise pytest.skip.Exception(
+                f"unsupported on this host under torchdevice: {exc.feature}",
+                _use_item_location=True,
+            ) from exc
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        """The fixtures' setup."""
+        return (yield from self._guard(item))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        """The test itself."""
+        return (yield from self._guard(item))
 
 
 class _XdistHooks:
