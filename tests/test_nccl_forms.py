@@ -61,7 +61,7 @@ FORMS: dict[str, tuple[Expected, str | None]] = {
     "reduce_premul_sum_tensor_factor": (lambda r: [9.0, 9.0], PREMUL),
     # NCCL's reduce leaves the other ranks' tensors as they were.
     "reduce_to_rank0_premul_sum": (lambda r: [9.0, 9.0] if r == 0 else [2.0, 2.0], PREMUL),
-    "reduce_async": (lambda r: [True, True, [3.0, 3.0], [[3.0, 3.0]]], None),
+    "reduce_async": (lambda r: [True, True, True, [3.0, 3.0], [[3.0, 3.0]]], None),
     "gather_list_uneven": (lambda r: [[[1.0, 1.0]], [[2.0, 2.0], [2.0, 2.0]]], SIZE),
     "gather_list_requires_grad": (lambda r: [[0.0, 0.0], [1.0, 1.0]], None),
     "broadcast_float8": (lambda r: [2.0, 2.0, 2.0], DTYPE),

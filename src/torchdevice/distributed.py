@@ -33,7 +33,6 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -386,7 +385,7 @@ class StagedGroup(dist.ProcessGroup):
         staged = [stage.tree(arg) for arg in args]
         getattr(self.inner, method)(*staged).wait()
         stage.back()
-        return _FinishedWork([pair[0] for pair in stage.pairs])
+        return nccl_forms.DoneWork([pair[0] for pair in stage.pairs])
 
     def getBackendName(self) -> str:
         return f"staged {self.inner.name()}"
@@ -418,23 +417,7 @@ class StagedGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any) -> dist.Work:  # type: ignore[override]
         self.inner.barrier(opts).wait()
-        return _FinishedWork([])
-
-
-class _FinishedWork(dist.Work):
-    """A finished C++-visible work item whose future holds the device tensors."""
-
-    def __init__(self, result: list[torch.Tensor]) -> None:
-        super().__init__()
-        self._result = result
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        return True
-
-    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
-        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
-        future.set_result(self._result)
-        return future
+        return nccl_forms.DoneWork([])
 
 
 # -- DistributedDataParallel -----------------------------------------------------------

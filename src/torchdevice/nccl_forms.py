@@ -82,10 +82,13 @@ def is_nccl_group(group: Any) -> bool:
     return isinstance(group, dist.ProcessGroup) and group in _NCCL_GROUPS
 
 
-class DoneWork:
-    """What an ``async_op=True`` collective returns once it ran synchronously."""
+class DoneWork(dist.Work):
+    """What an ``async_op=True`` collective returns once it ran synchronously: a real
+    ``Work`` (C++ code, DDP's reducer among it, takes it), finished, whose future holds
+    the result tensors."""
 
     def __init__(self, result: list[torch.Tensor]) -> None:
+        super().__init__()
         self._result = result
 
     def wait(self, timeout: timedelta | None = None) -> bool:

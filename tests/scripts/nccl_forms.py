@@ -196,7 +196,8 @@ def reduce_async(group: Any, rank: int, world: int) -> Any:
     work = dist.all_reduce(x, group=group, async_op=True)
     waited = work.wait()
     future = work.get_future().wait()
-    return [waited, work.is_completed(), x.tolist(), [t.tolist() for t in future]]
+    finished = [waited, work.is_completed(), isinstance(work, dist.Work)]
+    return [*finished, x.tolist(), [t.tolist() for t in future]]
 
 
 # -- all_gather (list), broadcast --------------------------------------------------------
