@@ -145,7 +145,7 @@ def test_device_id_of_nccl_is_dropped(world: Callable[..., None]) -> None:
     torchdevice.enable()
     world("nccl", device_id=torch.device("cuda", 0))
     assert dist.get_backend() == "gloo"
-    assert ("device_id=cuda:0", "device_id=None") in [
+    assert ("device_id=cuda:0", "device_id=None") in [  # the device object as written
         (requested, decided)
         for requested, decided, _ in _entries("torch.distributed.init_process_group")
     ]

@@ -455,3 +455,61 @@ def test_rng_state_all_round_trips_like_torchs(cuda_available):
     torch.rand(3)
     torch.cuda.set_rng_state_all(saved)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_torch_accelerator_tells_the_facades_story():
+    """On the CPU host torch.accelerator says CUDA, as torch.cuda does; then it is gone."""
+    real = torch.accelerator
+    assert real.current_accelerator() is None  # this CPU build: no accelerator
+    torchdevice.enable()
+    assert torch.accelerator.is_available() is True
+    assert torch.accelerator.current_accelerator() == torch.device("cuda")
+    assert torch.accelerator.device_count() == torch.cuda.device_count() == 1
+    assert torch.accelerator.current_device_index() == 0
+    torch.accelerator.set_device_index(0)
+    with torch.accelerator.device_index(0):
+        torch.accelerator.synchronize()
+    assert torch.accelerator.memory_allocated() == torch.cuda.memory_allocated()
+    x = torch.ones(2, device=torch.accelerator.current_accelerator())
+    assert x.device == CPU
+    torchdevice.disable()
+    assert torch.accelerator is real
+    assert torch.accelerator.current_accelerator() is None
+
+
+def test_torch_accelerator_hidden_with_the_facades():
+    torchdevice.enable(cuda_available=False)
+    assert torch.accelerator.is_available() is False
+    assert torch.accelerator.current_accelerator() is None
+
+
+def test_dataloader_pins_without_warning_as_on_a_gpu():
+    """torch's DataLoader asks torch.accelerator: it must find the accelerator the
+    facade announces, keep pinning on, and hand back the batches unchanged."""
+    import warnings
+
+    torchdevice.enable()
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
+    loader = torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "no accelerator is found" would raise here
+        batches = [batch for (batch,) in loader]
+        iterator = iter(loader)
+        assert iterator._pin_memory is True
+        assert iterator._pin_memory_device == "cuda"
+        del iterator
+    torch.testing.assert_close(torch.cat(batches), torch.arange(8.0).reshape(4, 2))
+
+
+def test_compiled_code_adds_no_graph_break_for_torch_accelerator():
+    """Dynamo asks torch.accelerator while tracing (stream tracking): it gets torch's own
+    answer there, so a CUDA factory in compiled code still compiles in one graph."""
+    from torch._dynamo.utils import counters
+
+    torchdevice.enable()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda x: x * 2 + torch.ones(2, device="cuda"))
+    torch.testing.assert_close(compiled(torch.ones(2, device="cuda")), torch.full((2,), 3.0))
+    assert dict(counters["graph_break"]) == {}
+    torch._dynamo.reset()

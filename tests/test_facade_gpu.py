@@ -41,12 +41,21 @@ def test_cuda_code_on_a_cuda_host_uses_the_real_torch_cuda():
         assert (x[None] @ x[:, None]).dtype == torch.float16
 
 
+MPS_FIRST = """\
+import torch
+available = torch.backends.mps.is_available() and torch.backends.mps.is_built()
+device = torch.device("mps" if available else "cpu")
+"""
+
+
 def test_mps_first_code_runs_on_the_cuda_gpu():
     torchdevice.enable()
     assert mps.installed()
-    assert torch.backends.mps.is_available()
-    assert torch.backends.mps.is_built()
-    device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+    # MPS code (a program body that names no CUDA) finds MPS: docs/facade.md.
+    program: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(MPS_FIRST, "mps_program.py", "exec"), program)
+    device = program["device"]
+    assert device == torch.device("mps")
     x = torch.randn(256, 256, device=device)
     assert x.device.type == "cuda"
     torch.mps.synchronize()

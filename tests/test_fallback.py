@@ -51,7 +51,9 @@ def test_cuda_first_code_lands_on_the_accelerator(simulated):
     model = nn.Linear(3, 2).cuda()
     assert x.device.type == NAME
     assert model.weight.device.type == NAME
-    assert torch.device("cuda:1") == torch.device(NAME, 0)
+    device = torch.device("cuda:1")  # reads as written; what uses it lands on the device
+    assert str(device) == "cuda:1"
+    assert torch.zeros(1, device=device).device == torch.device(NAME, 0)
     expected = nn.functional.linear(x.cpu(), model.weight.cpu(), model.bias.cpu())
     torch.testing.assert_close(model(x).cpu(), expected)
 

@@ -602,3 +602,19 @@ def test_torch_building_its_own_devices_is_applied_but_not_reported(enabled):
     assert [e for e in torchdevice.report().entries if e.api == "torch.device"] == []
     torch.device("cuda")  # the same request from user code is reported
     assert [e.count for e in torchdevice.report().entries if e.api == "torch.device"] == [1]
+
+
+def test_comparing_a_device_object_with_a_tensors_device(enabled):
+    """The cost of the device-object rule (docs/policy.md): a tensor's device is real, so
+    ``x.device != device`` is true; the usual ``x = x.to(device)`` that follows returns
+    a tensor made for the device as it is, and copies an op result (it stands for the
+    host)."""
+    device = torch.device("cuda")
+    x = torch.ones(2, device=device)
+    assert x.device != device
+    assert x.to(device) is x
+    y = x * 2
+    moved = y.to(device)
+    assert moved is not y
+    torch.testing.assert_close(moved, y)
+    assert moved.to(device) is moved

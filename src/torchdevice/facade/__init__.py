@@ -27,7 +27,8 @@ into ``sys.modules`` alongside; ``torch.cuda.amp`` is the real package, whose au
 GradScaler :mod:`~torchdevice.facade.amp` rewrites to the real device type.
 
 :func:`install` also puts the ``torch.mps`` facade in place on hosts without MPS
-(:mod:`~torchdevice.facade.mps`); activation installs the amp rewrite, on every host, on
+(:mod:`~torchdevice.facade.mps`), and the ``torch.accelerator`` one on CPU-only hosts
+(:mod:`~torchdevice.facade.accelerator`); activation installs the amp rewrite, on every host, on
 its own. On a CUDA host the real
 ``torch.cuda`` stays: CUDA code needs no facade there.
 
@@ -50,6 +51,7 @@ import torch
 
 from torchdevice import ledger
 from torchdevice.facade import (
+    accelerator,
     device_only,
     devices,
     legacy_types,
@@ -230,6 +232,10 @@ def install() -> None:
         ledger.undo(mps.GROUP)
     else:
         _placed.extend(mps.install())
+    if kind == "cpu":
+        _placed.extend(accelerator.install())
+    else:
+        ledger.undo(accelerator.GROUP)
     _clear_device_module_cache()
 
 

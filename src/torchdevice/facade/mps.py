@@ -39,7 +39,7 @@ from torchdevice.facade.modules import FacadeModule
 from torchdevice.facade.reporting import reported_namespace
 from torchdevice.facade.streams import Event as _Event
 
-__all__ = ["GROUP", "Event", "install", "installed"]
+__all__ = ["GROUP", "Event", "install", "installed", "written_for"]
 
 REAL_MPS = real_device.REAL_MPS
 REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
@@ -92,6 +92,12 @@ def _written_for(depth: int) -> str:
         frame = frame.f_back
     _story = found
     return found
+
+
+def written_for() -> str:
+    """``"mps"`` once the program was found to be MPS code (:func:`_written_for`), else
+    ``"cuda"``: the accelerator a CPU-only host stands for. Asks nothing itself."""
+    return "mps" if _story == "mps" else "cuda"
 
 
 def is_available() -> bool:
