@@ -372,7 +372,7 @@ def test_uncaught_exception_shows_only_the_scripts_frames(tmp_path):
     [
         ("ACTIVATE_TORCH_DEVICE", "yes", "expected '1' to enable torchdevice at import"),
         ("TORCHDEVICE_LOG_LEVEL", "LOUD", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
-        ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps' or 'cuda'"),
+        ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"),
     ],
 )
 def test_a_bad_variable_is_one_line_and_status_2(tmp_path, variable, value, accepted):

@@ -79,6 +79,8 @@ MARKER = "torchdevice_native"
 REPORT_KEY = "torchdevice_report"
 #: The environment variable that redirects child processes.
 _ENV = "ACTIVATE_TORCH_DEVICE"
+#: The environment variable that forces the host, in this process and its children.
+_HOST_ENV = "TORCHDEVICE_HOST"
 _UNSET = "\0unset"
 
 
@@ -90,6 +92,8 @@ class _State:
     enabled: bool = False
     #: ``os.environ[ACTIVATE_TORCH_DEVICE]`` before we set it (``_UNSET`` if absent).
     saved_env: str = _UNSET
+    #: ``os.environ[TORCHDEVICE_HOST]`` before ``--torchdevice-host`` set it (None: not set).
+    saved_host: str | None = None
     #: Reports received from xdist workers (plain dicts, as ``MigrationReport.to_dict``).
     worker_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: The merged report, once written.
@@ -122,6 +126,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the migration report to PATH at the end of the session (JSON if PATH "
         "ends in .json); under xdist the workers' reports are merged into it",
     )
+    group.addoption(
+        "--torchdevice-host",
+        choices=["cpu", "mps", "cuda", "simulated-mps"],
+        default=None,
+        dest="torchdevice_host",
+        help="redirect the whole run (implies --torchdevice) as on this host, in every "
+        "process of the run (TORCHDEVICE_HOST); simulated-mps runs on the simulated MPS "
+        "device: MPS's op set, errors and dtypes on the CPU",
+    )
 
 
 def _activation() -> ModuleType:
@@ -142,13 +155,16 @@ def _state(config: pytest.Config) -> _State:
     return config.stash.setdefault(_STATE, _State())
 
 
-def _start(config: pytest.Config) -> None:
+def _start(config: pytest.Config, host: str | None) -> None:
     """Switch redirection on for this process and its children (idempotent)."""
     state = _state(config)
     if state.enabled:
         return
     state.saved_env = os.environ.get(_ENV, _UNSET)
     os.environ[_ENV] = "1"  # xdist workers and subprocesses import torchdevice enabled
+    if host is not None:
+        state.saved_host = os.environ.get(_HOST_ENV, _UNSET)
+        os.environ[_HOST_ENV] = host  # ... and force the same host
     _activation().enable()
     state.enabled = True
 
@@ -166,8 +182,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         activation_requested()
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if early_config.known_args_namespace.torchdevice_enabled:
-        _start(early_config)
+    known = early_config.known_args_namespace
+    if known.torchdevice_enabled or known.torchdevice_host:
+        _start(early_config, known.torchdevice_host)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -176,8 +193,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}: run this test natively (torchdevice off) even under --torchdevice",
     )
-    if config.getoption("torchdevice_enabled"):
-        _start(config)  # e.g. loaded via `pytest_plugins` in a conftest
+    host = config.getoption("torchdevice_host")
+    if config.getoption("torchdevice_enabled") or host:
+        _start(config, host)  # e.g. loaded via `pytest_plugins` in a conftest
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "torchdevice-xdist")
 
@@ -188,10 +206,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state is None or not state.enabled:
         return
     _activation().disable()
-    if state.saved_env == _UNSET:
-        os.environ.pop(_ENV, None)
-    else:
-        os.environ[_ENV] = state.saved_env
+    for variable, saved in ((_ENV, state.saved_env), (_HOST_ENV, state.saved_host)):
+        if saved == _UNSET:
+            os.environ.pop(variable, None)
+        elif saved is not None:
+            os.environ[variable] = saved
+    state.saved_host = None
     state.enabled = False
 
 
