@@ -44,16 +44,16 @@ def main() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     losses, pinned = [], []
     for epoch in range(2):
-        for x, y in loader:
-            pinned.append(x.is_pinned())
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        for batch, target in loader:
+            pinned.append(batch.is_pinned())
+            x, y = batch.to(device, non_blocking=True), target.to(device, non_blocking=True)
             loss = nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(loss.item())
             with torch.no_grad():
-                for averaged, current in zip(ema.parameters(), model.parameters()):
+                for averaged, current in zip(ema.parameters(), model.parameters(), strict=True):
                     averaged.mul_(0.9).add_(current, alpha=0.1)
         checkpoint = out / f"epoch{epoch}.pt"
         torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, checkpoint)
@@ -64,7 +64,9 @@ def main() -> None:
     on_cpu = torch.load(out / "epoch1.pt", map_location="cpu")["model"]["0.weight"]
     child = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.ones(1, device='cuda').device)"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     result = {
         "losses": losses,
