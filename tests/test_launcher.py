@@ -373,7 +373,7 @@ def test_uncaught_exception_shows_only_the_scripts_frames(tmp_path):
         ("ACTIVATE_TORCH_DEVICE", "maybe", "expected a boolean: 1, true, yes or on"),
         ("TORCH_ALLOW_REDIRECTS", "sure", "expected a boolean: 1, true, yes or on"),
         ("TORCHDEVICE_LOG_LEVEL", "LOUD", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
-        ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps' or 'cuda'"),
+        ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"),
     ],
 )
 def test_a_bad_variable_is_one_line_and_status_2(tmp_path, variable, value, accepted):

@@ -23,7 +23,7 @@ from torchdevice import ledger, mode, net, patches, report_file, report_parts, t
 from torchdevice import runtime as runtime_module
 from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
-from torchdevice.host import Host, HostKind, forced_host, probe_host
+from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.logs import attribute_warnings, configure_logging, logger
 from torchdevice.report import MigrationReport, Recorder
@@ -57,7 +57,7 @@ ENV_GROUP = "child environment"
 _FIELD_VARS = {field: variable for variable, field in ENV_VARS.items()}
 
 
-def _resolve_host(setting: Host | HostKind | None) -> Host:
+def _resolve_host(setting: Host | HostChoice | None) -> Host:
     if isinstance(setting, Host):
         return setting
     if setting is not None:
@@ -110,6 +110,8 @@ def _env_value(name: str, value: Any, host: Host) -> str | None:
     accelerator, a pretend MPS machine) does not: children probe the real machine.
     """
     if name == "host":
+        if value == SIMULATED_MPS:  # every child registers its own simulated device
+            return SIMULATED_MPS
         return host.kind if host in (Host.cpu(), probe_host()) else None
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -203,6 +205,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         attribute_warnings()
         _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
+        _share_accelerator_tensors(accelerator)
         _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
         net.install()  # below the mode: what reaches the dispatcher unseen (TorchScript)
         report_parts.start(_own_report)  # one report for the run's processes
@@ -215,8 +218,16 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _mode.table = table
     _mode.fallback = fallback
     _observe_native_fallback(runtime)
+    _share_accelerator_tensors(accelerator)
     _enter_current_thread()
     _facade().install()  # adapts the facades to the new host
+
+
+def _share_accelerator_tensors(accelerator: torch.device | None) -> None:
+    """Let tensors of an accelerator without IPC (MPS) cross process boundaries."""
+    from torchdevice import sharing  # noqa: PLC0415 - keeps `import torchdevice` light
+
+    sharing.install(None if accelerator is None else accelerator.type)
 
 
 def _observe_native_fallback(runtime: Runtime) -> None:

@@ -14,11 +14,23 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Final, Literal
 
-__all__ = ["Host", "HostKind", "cpu_name", "forced_host", "probe_host"]
+__all__ = [
+    "SIMULATED_MPS",
+    "Host",
+    "HostChoice",
+    "HostKind",
+    "cpu_name",
+    "forced_host",
+    "probe_host",
+]
 
 HostKind = Literal["cuda", "mps", "cpu"]
+#: What a user can force (``--host``, ``TORCHDEVICE_HOST``): a host kind, or the simulated
+#: MPS host, which any machine with a C++ compiler can be (:mod:`torchdevice.testing`).
+HostChoice = Literal["cuda", "mps", "cpu", "simulated-mps"]
+SIMULATED_MPS: Final = "simulated-mps"
 
 
 @dataclass(frozen=True)
@@ -117,16 +129,19 @@ def probe_host() -> Host:
     return Host.cpu()
 
 
-def forced_host(kind: HostKind) -> Host:
+def forced_host(kind: HostChoice) -> Host:
     """The host to act as when ``kind`` is forced (``--host``, ``TORCHDEVICE_HOST``).
 
     Only a host the machine can be: every machine is a CPU host; an MPS or CUDA host
     needs that device, except that an MPS host runs on the simulated accelerator when
-    one is registered (``torchdevice.testing.register()``). Raises ``ValueError``, naming
-    what the machine has and what to do, for any other.
+    one is registered (``torchdevice.testing.register()``). ``"simulated-mps"`` registers
+    the simulated accelerator (building its C++ half on first use) and runs on it. Raises
+    ``ValueError``, naming what the machine has and what to do, for any other.
     """
     if kind == "cpu":
         return Host.cpu()
+    if kind == SIMULATED_MPS:
+        return _simulated_mps()
     real = probe_host()
     if real.kind == kind:
         return real
@@ -140,6 +155,21 @@ def forced_host(kind: HostKind) -> Host:
         f"host: {real.device_name()}); force only a host the machine can be ('cpu' always "
         "works), or leave it unset to use what the machine has"
     )
+
+
+def _simulated_mps() -> Host:
+    """The simulated MPS host, registering its device in this process if need be.
+
+    Imported here, lazily: only a process that asks for this host loads the testing
+    package and its C++ half. A device already registered under another name is reused.
+    """
+    from torchdevice.testing import simulated  # noqa: PLC0415 - only when asked for
+
+    try:
+        name = simulated.registered_name() or simulated.register()
+    except RuntimeError as error:  # no compiler, another PrivateUse1 backend...
+        raise ValueError(f"host {SIMULATED_MPS!r} cannot start: {error}") from None
+    return Host.simulated(name)
 
 
 def _real_module(name: str) -> ModuleType:

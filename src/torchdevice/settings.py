@@ -20,7 +20,7 @@ from typing import Any, Literal, TypedDict
 
 from torchdevice.environment import ENV_VARS, activation_requested
 from torchdevice.errors import SettingsError
-from torchdevice.host import Host
+from torchdevice.host import Host, HostChoice
 
 __all__ = [
     "ENV_VARS", "LogLevel", "Options", "Settings", "activation_requested", "load_settings",
@@ -39,7 +39,7 @@ class Options(TypedDict, total=False):
     log_level: LogLevel | Literal["debug", "info", "warning", "error"] | None
     keep_cpu: bool
     cpu_override: bool
-    host: Host | Literal["cpu", "mps", "cuda"] | None
+    host: Host | HostChoice | None
     report_path: str | os.PathLike[str] | None
     fallback: bool
     cuda_available: bool
@@ -50,8 +50,8 @@ class Settings:
     """Everything an activation can be configured with (validated by
     :class:`~torchdevice.settings_model.SettingsModel`, which describes each field).
 
-    ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``) or takes a
-    :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
+    ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``, ``"simulated-mps"``) or
+    takes a :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
     """
 
     log_level: LogLevel | None = None
@@ -62,9 +62,9 @@ class Settings:
     """Explicit 'cpu' requests stay on the CPU."""
     cpu_override: bool = False
     """Start with the 'cpu:-1' override on."""
-    host: Host | Literal["cpu", "mps", "cuda"] | None = None
-    """Use this host instead of the probed one; only a kind the machine has (the CPU always; tests
-    inject simulated hosts as Host objects).
+    host: Host | HostChoice | None = None
+    """Use this host instead of the probed one; only a kind the machine has (the CPU always;
+    'simulated-mps' wherever a C++ compiler is; tests inject other hosts as Host objects).
     """
     report_path: Path | None = None
     """Where the launcher writes the migration report (JSON if .json)."""

@@ -8,15 +8,17 @@ validated fields.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS, TRUE_WORDS
-from torchdevice.host import Host, forced_host
+from torchdevice.host import Host, HostChoice, forced_host
 from torchdevice.settings import FIELDS, LogLevel
 
 __all__ = ["SettingsModel", "validate"]
+
+_CHOICES = get_args(HostChoice)
 
 
 class SettingsModel(BaseModel):
@@ -31,10 +33,11 @@ class SettingsModel(BaseModel):
     )
     keep_cpu: bool = Field(False, description="Explicit 'cpu' requests stay on the CPU.")
     cpu_override: bool = Field(False, description="Start with the 'cpu:-1' override on.")
-    host: Host | Literal["cpu", "mps", "cuda"] | None = Field(
+    host: Host | HostChoice | None = Field(
         None,
         description="Use this host instead of the probed one; only a kind the machine has "
-        "(the CPU always; tests inject simulated hosts as Host objects).",
+        "(the CPU always; 'simulated-mps' wherever a C++ compiler is; tests inject other "
+        "hosts as Host objects).",
     )
     report_path: Path | None = Field(
         None,
@@ -55,16 +58,16 @@ class SettingsModel(BaseModel):
     @classmethod
     def _machine_has_it(cls, value: object) -> object:
         """A forced host kind the machine cannot be is refused where it is given."""
-        if value in ("cpu", "mps", "cuda"):
-            forced_host(value)  # raises ValueError naming what the machine has
+        if isinstance(value, str) and value in _CHOICES:
+            forced_host(cast("HostChoice", value))  # raises ValueError naming what the machine has
         return value
 
     @field_validator("host", mode="before")
     @classmethod
     def _a_known_kind(cls, value: object) -> object:
         """A host named by a string must be a host kind (the message lists them)."""
-        if isinstance(value, str) and value not in ("cpu", "mps", "cuda"):
-            raise ValueError("expected 'cpu', 'mps' or 'cuda'")
+        if isinstance(value, str) and value not in _CHOICES:
+            raise ValueError("expected 'cpu', 'mps', 'cuda' or 'simulated-mps'")
         return value
 
     @field_validator("keep_cpu", "cpu_override", "fallback", "cuda_available", mode="before")

@@ -3,7 +3,9 @@
 :func:`register` adds a *simulated accelerator* to PyTorch: a real device type (``simgpu`` by
 default) whose tensors hold real data in CPU memory and whose op set is MPS's in the installed
 torch (read from the wheel's ``native_functions.yaml`` by :mod:`torchdevice.testing.mps_ops`),
-so that redirect-to-accelerator and CPU-fallback paths run honestly in CPU-only CI. See
+so that redirect-to-accelerator and CPU-fallback paths run honestly in CPU-only CI. Its C++
+half (allocator, device guard, generator, pinned memory, hooks) is compiled on first use and
+cached (:mod:`torchdevice.testing.native`). Users choose it as ``host="simulated-mps"``. See
 :mod:`torchdevice.testing.simulated` for what it implements and how.
 
 This package is not imported by ``import torchdevice``: registering a backend is

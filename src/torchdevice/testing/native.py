@@ -8,8 +8,9 @@ simulated device, but only a user who asks for the simulated host needs them. A 
 It is compiled with ``torch.utils.cpp_extension`` (a C++ compiler and ``ninja`` needed) into a
 directory named after the source's and torch's fingerprint, under PyTorch's extension cache
 (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``): the first build takes tens of
-seconds, every later process loads the cached library. Concurrent builds (xdist workers) wait
-on PyTorch's lock in that directory.
+seconds; later processes load the cached library directly (no compiler, no ninja, no
+``cpp_extension`` import), which matters for the many workers of a run. Concurrent builds
+(xdist workers) wait on PyTorch's lock in that directory.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def _fingerprint(path: Path) -> str:
     return digest.hexdigest()[:12]
 
 
+def _cache_root() -> Path:
+    """PyTorch's extension cache: ``TORCH_EXTENSIONS_DIR``, else ``torch_extensions`` in the
+    user's cache directory."""
+    configured = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if configured:
+        return Path(configured)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "torch_extensions"
+
+
 def _missing_tools() -> str | None:
     """The build tools this machine lacks, in words, or None when it has them all."""
     from torch.utils import cpp_extension  # noqa: PLC0415 - only when a build is asked for
@@ -72,34 +83,49 @@ def load(*, verbose: bool = False) -> None:
     """Build (once per source and torch version) and load the C++ half into this process.
 
     Loading registers the allocator, device guard, hooks and pinned-memory allocator for
-    PyTorch's PrivateUse1 device; call it before :func:`torch.utils.rename_privateuse1_backend`
-    work is relied upon. Idempotent. Raises :class:`NativeBuildError`, in one line naming
-    what is missing, when the machine cannot build it.
+    PyTorch's PrivateUse1 device, under whatever name it has or gets. Idempotent. Raises
+    :class:`NativeBuildError`, in one line naming what is missing, when the machine cannot
+    build it; nothing is registered then.
     """
     global _loaded
     with _lock:
         if _loaded:
             return
-        missing = _missing_tools()
-        if missing is not None:
-            raise NativeBuildError(
-                f"the simulated accelerator is compiled from C++ on first use, and this "
-                f"machine lacks {missing}"
-            )
-        from torch.utils import cpp_extension  # noqa: PLC0415 - only when a build is asked for
-
         path = source()
-        try:
-            cpp_extension.load(
-                name=f"{NAMESPACE}_{_fingerprint(path)}",
-                sources=[str(path)],
-                extra_cflags=["-O1"],  # the C++ half does bookkeeping, not arithmetic
-                is_python_module=False,
-                verbose=verbose,
-            )
-        except (OSError, RuntimeError) as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise NativeBuildError(
-                f"building the simulated accelerator's C++ half ({path}) failed: {first}"
-            ) from error
+        name = f"{NAMESPACE}_{_fingerprint(path)}"
+        directory = _cache_root() / name
+        built = directory / f"{name}.so"
+        if built.exists() and not (directory / "lock").exists():  # no build under way
+            torch.ops.load_library(str(built))  # type: ignore[no-untyped-call]  # untyped in torch
+            _loaded = True
+            return
+        _build(path, name, directory, verbose=verbose)
         _loaded = True
+
+
+def _build(path: Path, name: str, directory: Path, *, verbose: bool) -> None:
+    """Compile ``path`` into ``directory`` and load it (``cpp_extension`` skips the compile
+    when another process finished it meanwhile)."""
+    missing = _missing_tools()
+    if missing is not None:
+        raise NativeBuildError(
+            f"the simulated accelerator is compiled from C++ on first use, and this machine "
+            f"lacks {missing}"
+        )
+    from torch.utils import cpp_extension  # noqa: PLC0415 - only when a build is asked for
+
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        cpp_extension.load(
+            name=name,
+            sources=[str(path)],
+            extra_cflags=["-O1"],  # the C++ half does bookkeeping, not arithmetic
+            build_directory=str(directory),
+            is_python_module=False,
+            verbose=verbose,
+        )
+    except (OSError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise NativeBuildError(
+            f"building the simulated accelerator's C++ half ({path}) failed: {first}"
+        ) from error

@@ -53,9 +53,10 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="level of the 'torchdevice' logger (default: left to the "
                         "application's logging configuration)")  # fmt: skip
-    parser.add_argument("--host", choices=["cpu", "mps", "cuda"],
-                        help="force the host kind instead of probing: cpu, or a device "
-                        "this machine has")  # fmt: skip
+    parser.add_argument("--host", choices=["cpu", "mps", "cuda", "simulated-mps"],
+                        help="force the host kind instead of probing: cpu, a device this "
+                        "machine has, or simulated-mps (MPS's op set on the CPU: check "
+                        "that code will run on a Mac)")  # fmt: skip
     parser.add_argument("-m", dest="module", metavar="MODULE",
                         help="run a library module as a script, like python -m")  # fmt: skip
     parser.add_argument("script", nargs="?", help="the script to run")

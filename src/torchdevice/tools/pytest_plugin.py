@@ -92,6 +92,8 @@ SKIP_MARKER = "torchdevice_skip_unsupported"
 REPORT_KEY = "torchdevice_report"
 #: The environment variable that redirects child processes.
 _ENV = "ACTIVATE_TORCH_DEVICE"
+#: The environment variable that forces the host, in this process and its children.
+_HOST_ENV = "TORCHDEVICE_HOST"
 _UNSET = "\0unset"
 
 
@@ -103,6 +105,8 @@ class _State:
     enabled: bool = False
     #: ``os.environ[ACTIVATE_TORCH_DEVICE]`` before we set it (``_UNSET`` if absent).
     saved_env: str = _UNSET
+    #: ``os.environ[TORCHDEVICE_HOST]`` before ``--torchdevice-host`` set it (None: not set).
+    saved_host: str | None = None
     #: Reports received from xdist workers (plain dicts, as ``MigrationReport.to_dict``).
     worker_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: The merged report, once written.
@@ -143,6 +147,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="report a test that raises torchdevice.UnsupportedFeatureError (a CUDA-only "
         "feature this host cannot run) as skipped instead of failed",
     )
+    group.addoption(
+        "--torchdevice-host",
+        choices=["cpu", "mps", "cuda", "simulated-mps"],
+        default=None,
+        dest="torchdevice_host",
+        help="redirect the whole run (implies --torchdevice) as on this host, in every "
+        "process of the run (TORCHDEVICE_HOST); simulated-mps runs on the simulated MPS "
+        "device: MPS's op set, errors and dtypes on the CPU",
+    )
     parser.addini("torchdevice", "redirect the whole run (as --torchdevice)", type="bool",
                   default=False)  # fmt: skip
     parser.addini("torchdevice_report", "where to write the migration report (as "
@@ -152,8 +165,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _asked(config: pytest.Config) -> bool:
-    """``--torchdevice`` or ``torchdevice = true`` in the configuration."""
-    return bool(config.getoption("torchdevice_enabled") or config.getini("torchdevice"))
+    """``--torchdevice``, ``--torchdevice-host`` or ``torchdevice = true`` in the
+    configuration."""
+    return bool(
+        config.getoption("torchdevice_enabled")
+        or config.getoption("torchdevice_host")
+        or config.getini("torchdevice")
+    )
 
 
 def _report_path(config: pytest.Config) -> str | None:
@@ -179,13 +197,16 @@ def _state(config: pytest.Config) -> _State:
     return config.stash.setdefault(_STATE, _State())
 
 
-def _start(config: pytest.Config) -> None:
+def _start(config: pytest.Config, host: str | None) -> None:
     """Switch redirection on for this process and its children (idempotent)."""
     state = _state(config)
     if state.enabled:
         return
     state.saved_env = os.environ.get(_ENV, _UNSET)
     os.environ[_ENV] = "1"  # xdist workers and subprocesses import torchdevice enabled
+    if host is not None:
+        state.saved_host = os.environ.get(_HOST_ENV, _UNSET)
+        os.environ[_HOST_ENV] = host  # ... and force the same host
     try:
         _activation().enable()
     except SettingsError as exc:  # a bad TORCHDEVICE_* value: one line, before any test
@@ -195,10 +216,13 @@ def _start(config: pytest.Config) -> None:
 
 
 def _restore_env(state: _State) -> None:
-    if state.saved_env == _UNSET:
-        os.environ.pop(_ENV, None)
-    else:
-        os.environ[_ENV] = state.saved_env
+    """Put back the variables :func:`_start` set for this process and its children."""
+    for variable, saved in ((_ENV, state.saved_env), (_HOST_ENV, state.saved_host)):
+        if saved == _UNSET:
+            os.environ.pop(variable, None)
+        elif saved is not None:
+            os.environ[variable] = saved
+    state.saved_host = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -215,8 +239,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     a variable meant for torchdevice, so the run goes on natively with a
     ``PytestConfigWarning`` that names the variable (``-W error`` makes it an error).
     """
+    known = early_config.known_args_namespace
     requested = bool(
-        early_config.known_args_namespace.torchdevice_enabled or early_config.getini("torchdevice")
+        known.torchdevice_enabled or known.torchdevice_host or early_config.getini("torchdevice")
     )
     try:
         activation_requested()
@@ -227,7 +252,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
             pytest.PytestConfigWarning(f"{exc}; torchdevice stays off"), stacklevel=2
         )
     if requested:
-        _start(early_config)
+        _start(early_config, early_config.known_args_namespace.torchdevice_host)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -242,7 +267,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "torchdevice.UnsupportedFeatureError (a CUDA-only feature this host cannot run)",
     )
     if _asked(config):
-        _start(config)  # e.g. loaded via `pytest_plugins` in a conftest
+        _start(config, config.getoption("torchdevice_host"))  # e.g. via `pytest_plugins`
     config.pluginmanager.register(_SkipUnsupported(config), "torchdevice-skip-unsupported")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "torchdevice-xdist")

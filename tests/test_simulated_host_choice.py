@@ -1,0 +1,140 @@
+"""The simulated MPS host chosen the user's way, in every process of a run.
+
+``TORCHDEVICE_HOST=simulated-mps``, ``--host simulated-mps`` and the pytest plugin's
+``--torchdevice-host simulated-mps`` run a program on the simulated MPS device; every child
+registers its own device from the environment. Everything runs in child processes: this
+pytest process never registers the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_children import TORCHRUN, child_env, records, run, site_dir  # noqa: F401 - fixtures
+
+pytest_plugins = ("pytester",)
+
+TESTS = Path(__file__).resolve().parent
+SIMULATED = "simgpu:0"
+
+pytestmark = pytest.mark.slow
+
+
+def _simulated_env(child_env: dict[str, str]) -> dict[str, str]:  # noqa: F811 - the fixture's value
+    return {**child_env, "TORCHDEVICE_HOST": "simulated-mps"}
+
+
+def test_the_launcher_option_reaches_every_kind_of_child(child_env):  # noqa: F811
+    """subprocess, spawn Pool, DataLoader workers (fork and spawn, pin_memory), os.fork, mp
+    fork: each registers the simulated device and lands "cuda" on it."""
+    out = run(
+        ["python", "-m", "torchdevice", "--no-report", "--host", "simulated-mps",
+         TESTS / "children" / "start_children.py"],
+        child_env,
+        timeout=600,
+    )  # fmt: skip
+    by_who = records(out)
+    assert sorted(by_who) == sorted(["parent", "subprocess", "pool-0", "pool-1", "loader-fork",
+                                     "loader-spawn", "os-fork", "mp-fork"])  # fmt: skip
+    for record in by_who.values():
+        assert record["device"] == SIMULATED, record
+        assert record.get("cuda", True) is True, record
+    for context in ("fork", "spawn"):
+        loader = by_who[f"loader-{context}"]
+        assert loader["values"] == [0.0, 1.0, 4.0, 9.0]  # batches made on the device in workers
+        assert loader["worker_devices"] == [SIMULATED]
+
+
+def test_the_environment_reaches_torchrun_workers(child_env):  # noqa: F811
+    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "torchdevice",
+               "--no-report", TESTS / "children" / "ranks.py"]  # fmt: skip
+    by_who = records(run(command, _simulated_env(child_env), timeout=600))
+    assert sorted(by_who) == ["rank-0", "rank-1"]
+    assert {record["device"] for record in by_who.values()} == {SIMULATED}  # cuda:n -> mps:0
+
+
+def test_a_cuda_first_training_script_matches_the_cpu(child_env, tmp_path):  # noqa: F811
+    """Checkpoints loaded with map_location="cuda", a deep-copied EMA model, a pickled
+    tensor, DataLoader spawn workers with pin_memory=True (the dataset lives on the device,
+    so batches do too and are not pinned, as on MPS) and a subprocess child, on the
+    simulated MPS host, with the CPU host's results."""
+    script = TESTS / "scripts" / "cuda_checkpoint.py"
+    results = {}
+    for host, env in (("simulated", _simulated_env(child_env)), ("cpu", child_env)):
+        out = tmp_path / host
+        out.mkdir()
+        options = [] if host == "simulated" else ["--host", "cpu"]
+        run(["python", "-m", "torchdevice", "--no-report", *options, script, out, "spawn"], env,
+            timeout=600)  # fmt: skip
+        results[host] = json.loads((out / "result.json").read_text())
+    simulated, cpu = results["simulated"], results["cpu"]
+    assert simulated["devices"] == {
+        "model": SIMULATED, "loaded": SIMULATED, "child": SIMULATED,
+        "workers": [SIMULATED, SIMULATED],
+    }  # fmt: skip
+    assert cpu["devices"]["model"] == "cpu"
+    for key in ("losses", "weights", "ema"):
+        assert simulated[key] == cpu[key], key
+    assert simulated["pickled_equal"]
+    assert simulated["map_location_cpu_equal"]
+
+
+def test_the_pytest_option_reaches_xdist_workers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import subprocess, sys
+        import torch
+
+        def test_on_the_simulated_device():
+            assert torch.cuda.is_available()
+            assert str(torch.ones(1, device="cuda").device) == "simgpu:0"
+            child = subprocess.run(
+                [sys.executable, "-c", "import torch; print(torch.ones(1, device='cuda').device)"],
+                capture_output=True, text=True, check=True,
+            )
+            assert child.stdout.strip() == "simgpu:0"
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "xdist", "-n", "1", "-p", "no:cacheprovider", "--torchdevice-host",
+        "simulated-mps", timeout=600,
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["torchdevice: redirecting to simgpu:0 (mps host, *"])
+
+
+def test_without_a_compiler_the_error_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "marks.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("TORCHDEVICE_") and name != "ACTIVATE_TORCH_DEVICE"
+    }
+    env |= {"CXX": str(tmp_path / "no-such-c++"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "cache")}
+    result = subprocess.run(
+        [sys.executable, "-m", "torchdevice", "--host", "simulated-mps", str(script)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        "python -m torchdevice: error: invalid host='simulated-mps' passed as an argument: "
+        "host 'simulated-mps' cannot start: the simulated accelerator is compiled from C++ on "
+        "first use, and this machine lacks a C++ compiler ("
+    ), lines[0]
+    assert "no-such-c++" in lines[0]
+    assert not marker.exists()
+
+
+def test_this_process_never_registered_the_backend() -> None:
+    assert torch._C._get_privateuse1_backend_name() == "privateuseone"
