@@ -50,11 +50,31 @@ def _emit_report(report_path: Path | None, stream: TextIO) -> None:
     if report_parts.role() == "writer":
         return  # its part goes to the process that started the run, which reports
     report = activation.report()
-    if report_path is not None:
-        report.write(report_path)
-        print(f"torchdevice: migration report written to {report_path}", file=stream)
-    else:
+    if report_path is None:
         print(report.to_text(), file=stream)
+        return
+    try:
+        report.write(report_path)
+    except OSError as exc:  # the script removed its directory, a full disk...
+        reason = exc.strerror or type(exc).__name__
+        print(f"torchdevice: cannot write the migration report to {report_path} ({reason}); "
+              "printing it here instead", file=stream)  # fmt: skip
+        print(report.to_text(), file=stream)
+        return
+    print(f"torchdevice: migration report written to {report_path}", file=stream)
+
+
+def _prepare_report(report_path: Path | None) -> None:
+    """Import now what writing the report needs, not in the exit handler.
+
+    An uncaught ``KeyboardInterrupt`` ends the interpreter with SIGINT (status 130 in a
+    shell) only if no code runs through ``PyRun_*`` between the exception and the exit:
+    CPython clears its "unhandled KeyboardInterrupt" flag there. Importing :mod:`decimal`
+    does (its C module runs Python source that way), and pydantic, which checks the JSON
+    report, imports it: done at exit, it turned status 130 into 1.
+    """
+    if report_path is not None and report_path.suffix == ".json":
+        import torchdevice.report_schema  # noqa: F401, PLC0415 - see the docstring
 
 
 #: torchdevice's own files (the whole package, not only this module's folder) and runpy's.
@@ -85,6 +105,7 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
     """
     activation.enable(**options)
     if not quiet:
+        _prepare_report(report_path)
         atexit.register(_emit_report, report_path, sys.stderr)
     try:
         with _argv(argv, path0):
