@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
 REDIRECTED = 'x = torch.ones(2, device="cuda")'
@@ -91,3 +92,59 @@ def test_report_directory_removed_by_the_script_falls_back_to_stderr(tmp_path: P
     assert line in result.stderr.splitlines()
     assert "torch.ones(cuda) -> cpu:0 x1" in result.stderr
     assert not out.exists()
+
+
+SLEEPER = """\
+import os, time, torch
+{setup}
+x = torch.ones(2, device="cuda")
+print("READY", os.getpid(), flush=True)
+time.sleep(120)
+"""
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+
+
+@pytest.mark.parametrize(
+    ("form", "ranks"),
+    [
+        pytest.param(("-m", "torchdevice"), 0, id="python -m torchdevice SCRIPT"),
+        pytest.param(("-m", "torchdevice", *TORCHRUN), 2, id="launcher over torchrun"),
+        pytest.param((*TORCHRUN, "-m", "torchdevice"), 2, id="torchrun -m torchdevice"),
+        pytest.param(TORCHRUN, 2, id="ACTIVATE_TORCH_DEVICE=1 torchrun"),
+    ],
+)
+def test_sigterm_ends_every_process_and_leaves_no_directory(
+    tmp_path: Path, form: tuple[str, ...], ranks: int
+) -> None:
+    """A scheduler's SIGTERM to the process it started: every rank ends, and no
+    torchdevice directory is left in TMPDIR (torchelastic's own log folder aside)."""
+    setup = 'import torch.distributed as dist\ndist.init_process_group("nccl")' if ranks else ""
+    script = _script(tmp_path, SLEEPER.format(setup=setup))
+    env = _env(tmp_path)
+    if form == TORCHRUN:
+        env["ACTIVATE_TORCH_DEVICE"] = "1"
+    process = subprocess.Popen(
+        [sys.executable, *form, str(script)], cwd=tmp_path, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        ready = 0
+        for line in process.stdout:
+            ready += line.startswith("READY")
+            if ready == max(ranks, 1):
+                break
+        family = psutil.Process(process.pid).children(recursive=True)
+        assert len([p for p in family if "script.py" in " ".join(p.cmdline())]) == ranks
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=120)
+        _, alive = psutil.wait_procs(family, timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert alive == []
+    if not ranks:
+        assert process.returncode == -signal.SIGTERM  # as a direct run: killed by it
+    left = [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchelastic")]
+    assert left == []
