@@ -99,9 +99,14 @@ def off_the_stack() -> Iterator[None]:
     thread (``pthread_exit``) inside that destructor, and the process aborts with
     "terminate called without an active exception" after the script has finished
     (issue 19). Work queued with an empty stack holds no Python object, and its worker
-    never takes the GIL. torch's own code runs natively in these functions, as the
-    functions modes see (none of them is overridable) would anyway.
+    never takes the GIL. torch's own code inside runs natively: none of these functions
+    is overridable, and what torch builds there (pickled objects, barrier tensors) stays
+    where torch puts it. User modes are off for that time too, and back after, in order.
     """
+    if torch.compiler.is_compiling():  # traced, not run: leave the stack to dynamo
+        with torch._C.DisableTorchFunction():
+            yield
+        return
     popped = [_pop_mode() for _ in range(torch._C._len_torch_function_stack())]  # type: ignore[no-untyped-call]
     try:
         with torch._C.DisableTorchFunction():

@@ -1,11 +1,17 @@
 """One migration report for a run of many processes, the way ``coverage combine`` works.
 
 The process that starts a run, the *root*, is the first to activate while
-``TORCHDEVICE_REPORT_PARTS`` is unset. It makes a private directory and names it in that
-variable (through the :mod:`~torchdevice.ledger`, so ``disable()`` unsets it again), and
-the processes it starts inherit it. Every process that activates with the variable set
-is a *part writer*: when it exits (``atexit``, so after the interpreter has joined its
-threads) or disables, it writes its own report there, atomically (a temporary file, then
+``TORCHDEVICE_REPORT_PARTS`` is unset. It names a private directory in that variable
+(through the :mod:`~torchdevice.ledger`, so ``disable()`` unsets it again), and the
+processes it starts inherit it. The directory is made by the first part writer, not by
+the root: a root killed by a signal (a scheduler's SIGTERM, which runs no ``atexit``)
+then leaves nothing behind unless a child of it had already written its part. Its name
+carries the root's pid, and a writer makes it only while the root is alive, so a child
+that outlives the root does not leave a directory that nobody reads.
+
+Every process that activates with the variable set is a *part writer*: when it exits
+(``atexit``, so after the interpreter has joined its threads) or disables, it writes its
+own report there, atomically (a temporary file, then
 ``os.replace``), under a name made of its pid and a random suffix. The root's report is
 its own merged with every part present (:func:`combined`); the root removes the
 directory at exit (``atexit`` handlers run newest first, so after the launcher's, which
@@ -27,10 +33,12 @@ was copied from).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -49,6 +57,8 @@ ENV = "TORCHDEVICE_REPORT_PARTS"
 #: The ledger group of what :func:`start` changes (the variable, the exit handler).
 GROUP = "report parts"
 _PART_SUFFIX = ".json"
+#: The start of a run's directory name: ``torchdevice-report-<root pid>-<random>``.
+_PREFIX = "torchdevice-report-"
 
 Role = Literal["root", "writer"]
 
@@ -115,9 +125,10 @@ def start(own: Callable[[], MigrationReport]) -> None:
         if inherited:
             run = _Run("writer", Path(inherited), os.getpid(), own, _own_part_name())
         else:
-            directory = tempfile.mkdtemp(prefix="torchdevice-report-")  # private: mode 0700
-            run = _Run("root", Path(directory), os.getpid(), own)
-            ledger.set_env(GROUP, ENV, directory)
+            name = f"{_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+            directory = Path(tempfile.gettempdir(), name)  # made by its first writer
+            run = _Run("root", directory, os.getpid(), own)
+            ledger.set_env(GROUP, ENV, str(directory))
         _run = run
         atexit.register(_finish, run)
         ledger.hook(GROUP, "the migration report parts' exit handler", lambda: _stop(run))
@@ -153,6 +164,7 @@ def _write_part(run: _Run) -> None:
     final = run.directory / run.part_name
     temporary = run.directory / f".{run.part_name}.{secrets.token_hex(4)}.tmp"
     try:
+        _make_directory(run.directory)
         temporary.write_text(json.dumps(data), encoding="utf-8")
         os.replace(temporary, final)
     except OSError as exc:  # the root has already exited and removed the directory
@@ -162,6 +174,38 @@ def _write_part(run: _Run) -> None:
             "(%s); the process that started the run had probably exited",
             os.getpid(), run.directory, exc,
         )  # fmt: skip
+
+
+def _make_directory(directory: Path) -> None:
+    """Make the run's directory, private to this user, unless it is there already.
+
+    Raises :class:`FileNotFoundError` when the root that named it has exited (it removed
+    the directory, or never needed it): a part written then would never be read.
+    """
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise PermissionError(f"{directory} is not a directory of this user")
+        return
+    root = directory.name.removeprefix(_PREFIX).split("-")[0]
+    if not root.isdigit() or not _pid_exists(int(root)):
+        raise FileNotFoundError(f"no directory {directory} and its run's root has exited")
+    with contextlib.suppress(FileExistsError):  # another writer made it first
+        os.mkdir(directory, 0o700)
+
+
+def _pid_exists(pid: int) -> bool:
+    """Whether process ``pid`` exists (``os.kill(pid, 0)``; this module imports no psutil)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        return True
+    return True
 
 
 def _read_parts(directory: Path) -> list[MigrationReport]:

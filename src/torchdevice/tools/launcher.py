@@ -58,6 +58,19 @@ def _emit_report(report_path: Path | None, stream: TextIO) -> None:
         print(report.to_text(), file=stream)
 
 
+def _prepare_report(report_path: Path | None) -> None:
+    """Import now what writing the report needs, not in the exit handler.
+
+    An uncaught ``KeyboardInterrupt`` ends the interpreter with SIGINT (status 130 in a
+    shell) only if no code runs through ``PyRun_*`` between the exception and the exit:
+    CPython clears its "unhandled KeyboardInterrupt" flag there. Importing :mod:`decimal`
+    does (its C module runs Python source that way), and pydantic, which checks the JSON
+    report, imports it: done at exit, it turned status 130 into 1.
+    """
+    if report_path is not None and report_path.suffix == ".json":
+        import torchdevice.report_schema  # noqa: F401, PLC0415 - see the docstring
+
+
 #: torchdevice's own files (the whole package, not only this module's folder) and runpy's
 #: (a frozen module on 3.11+: its frames name ``<frozen runpy>``).
 _OWN_FILES = (
@@ -120,6 +133,7 @@ def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
     _enable(options)
     report_file.claim()  # the launcher reports (or, quiet, does not), not enable()'s handler
     if not quiet:
+        _prepare_report(report_path)
         atexit.register(_emit_report, report_path, sys.stderr)
     try:
         with _argv(argv, path0):
