@@ -189,3 +189,18 @@ def test_port_static_also_ports_the_lines_that_did_not_run_and_marks_them(
     # The lines that ran carry no such mark.
     assert "x = torch.ones(2, device=device)" in added
     assert added[added.index("x = torch.ones(2, device=device)") - 1] != unverified
+
+
+def test_a_bad_path_mapping_stops_port_before_the_script_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "ran"
+    script = tmp_path / "s.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--paths", "nonsense", str(script)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "torchdevice port: error: a path mapping is OLD=NEW, not 'nonsense'"
+    )
+    assert not marker.exists()

@@ -587,3 +587,28 @@ def test_cli_port_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "    port " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("api", "call"),
+    [
+        ("Tensor.cuda", "x.cuda()"),
+        ("Module.cuda", "model.cuda()"),
+        ("torch.device", 'torch.device("cuda")'),
+        ("torch.autocast", 'torch.autocast("cuda")'),
+        ("torch.amp.GradScaler", 'torch.amp.GradScaler("cuda")'),
+        ("torch.load", 'torch.load(f, map_location="cuda")'),
+        ("torch.distributed.init_process_group",
+         'torch.distributed.init_process_group(backend="nccl")'),
+        ("torch.distributed.new_group", 'torch.distributed.new_group(backend="nccl")'),
+    ],
+)  # fmt: skip
+def test_the_patch_writes_what_the_report_advises_for_device_arguments(api: str, call: str) -> None:
+    """The other rows the report advises on: the advice's code is in the ported line."""
+    source = f"import torch\ndef f(x, model, f):\n    result = {call}\n"
+    entries = entries_for(source, (api, call.split("(", maxsplit=1)[0]))
+    new, _ = port_source(source, entries)
+    advice = guide.advice(entries[0])
+    code = advice.split("`")[1]
+    line = next(text for text in new.splitlines() if text.startswith("    result = "))
+    assert code in line, (advice, line)

@@ -87,7 +87,7 @@ def test_report_directory_removed_by_the_script_falls_back_to_stderr(tmp_path: P
     assert "Traceback" not in result.stderr
     line = (
         f"torchdevice: cannot write the migration report to {out / 'report.json'} "
-        "(No such file or directory); printing it here instead"
+        "(No such file or directory); it follows here instead:"
     )
     assert line in result.stderr.splitlines()
     assert "torch.ones(cuda) -> cpu:0 x1" in result.stderr

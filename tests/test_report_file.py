@@ -118,3 +118,13 @@ def test_a_disable_before_exit_keeps_the_report(tmp_path: Path) -> None:
     done = _run(tmp_path, activate.replace("\n", "; "))
     assert done.returncode == 0, done.stderr
     assert ("train.py", 4, "torch.zeros") in _rows(out)
+
+
+def test_the_last_activation_decides(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    activate = (
+        f"import torchdevice; torchdevice.enable(report_path={str(out)!r}); torchdevice.enable()"
+    )
+    done = _run(tmp_path, activate)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert not out.exists()

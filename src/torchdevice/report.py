@@ -37,6 +37,7 @@ __all__ = [
     "Recorder",
     "api_name",
     "merge",
+    "path_mapping",
     "relocate",
 ]
 
@@ -240,8 +241,9 @@ def merge(reports: Iterable[MigrationReport], host: str | None = None) -> Migrat
     return MigrationReport(label, _by_count(entries), max(processes, 1), tuple(sorted(ranks)))
 
 
-def _parse_mapping(pair: str) -> tuple[str, str]:
-    """``"OLD=NEW"`` as a pair; a ``ValueError`` naming it otherwise."""
+def path_mapping(pair: str) -> tuple[str, str]:
+    """``"OLD=NEW"`` (a command line's path mapping) as a pair; a ``ValueError`` naming it
+    otherwise."""
     old, sep, new = pair.partition("=")
     if not sep or not old:
         raise ValueError(f"a path mapping is OLD=NEW, not {pair!r}")
@@ -262,7 +264,7 @@ def relocate(
     is named relative to it: a portable report, which ``torchdevice port --root`` resolves
     against the checkout it is given. Counts, spans and everything else are unchanged.
     """
-    pairs = [_parse_mapping(pair) if isinstance(pair, str) else pair for pair in mapping]
+    pairs = [path_mapping(pair) if isinstance(pair, str) else pair for pair in mapping]
     root = None if relative_to is None else os.path.abspath(relative_to)
 
     def moved(filename: str) -> str:

@@ -32,18 +32,18 @@ _claimed_pid: int | None = None
 
 
 def request(path: Path | None, report: Callable[[], MigrationReport]) -> None:
-    """Write ``report()`` to ``path`` when this process exits (``None``: no file asked).
+    """Write ``report()`` to ``path`` when this process exits (``None``: no file).
 
-    The last activation's path wins; ``None`` keeps what an earlier activation asked, so
-    a ``redirect()`` block without a path does not drop the file of an ``enable()`` with one.
+    The last activation decides, as it does for every setting: ``enable()`` without a path
+    (and without ``TORCHDEVICE_REPORT``) after ``enable(report_path=...)`` asks for none;
+    a ``redirect()`` block inherits the enclosing activation's path. ``disable()`` keeps
+    the request: the report of what ran is still written at exit.
     """
     global _wanted, _registered_pid
-    if path is None:
-        return
     with _lock:
-        _wanted = (path, report)
-        if _registered_pid != os.getpid():  # a fork child registers its own (it may exit)
-            _registered_pid = os.getpid()
+        _wanted = None if path is None else (path, report)
+        if path is not None and _registered_pid != os.getpid():
+            _registered_pid = os.getpid()  # a fork child that exits registers its own
             atexit.register(_write_at_exit)
 
 

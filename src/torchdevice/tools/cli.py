@@ -218,6 +218,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
     problem = None if ns.output is None else _unwritable(ns.output)
     if problem:  # found now, not after the script ran
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
+    pairs = _path_mappings(ns.paths, parser)  # checked before the script runs
     if ns.report is not None:
         report = _read_reports(ns.report, parser, prog)
     else:
@@ -236,10 +237,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
                 print(f"{prog}: the script exited with status {done.returncode}; porting the "
                       "calls it made before that", file=sys.stderr)  # fmt: skip
             report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    try:
-        report = relocate(report, ns.paths)
-    except ValueError as exc:
-        parser.error(str(exc))
+    report = relocate(report, pairs)
     if not report.entries:
         print(f"{prog}: the report has no entries: the run asked for no device, so there is "
               "nothing to port", file=sys.stderr)  # fmt: skip
@@ -256,6 +254,16 @@ def _port(argv: Sequence[str], prog: str) -> int:
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
     return 0
+
+
+def _path_mappings(given: Sequence[str], parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """``--paths OLD=NEW`` options as pairs; a usage error for one that is not."""
+    from torchdevice.report import path_mapping  # noqa: PLC0415
+
+    try:
+        return [path_mapping(pair) for pair in given]
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _read_reports(paths: Sequence[Path], parser: argparse.ArgumentParser, prog: str) -> Any:
@@ -290,11 +298,8 @@ def _combine(argv: Sequence[str], prog: str) -> int:
                         help="name the files below DIR relative to it: a report that "
                         "`torchdevice port --root` reads in another checkout")  # fmt: skip
     ns = parser.parse_args(list(argv))
-    report = _read_reports(ns.reports, parser, prog)
-    try:
-        report = relocate(report, ns.paths, ns.relative_to)
-    except ValueError as exc:
-        parser.error(str(exc))
+    pairs = _path_mappings(ns.paths, parser)
+    report = relocate(_read_reports(ns.reports, parser, prog), pairs, ns.relative_to)
     if ns.output is None:
         sys.stdout.write(report.to_json() + "\n")
         return 0

@@ -12,8 +12,13 @@ change (a device argument, the ``.cuda`` attribute, a function name), never by a
 over the file; an edit inside a larger edit (a ``torch.device("cuda")`` passed as an
 argument that is replaced as a whole) is dropped, so edits never overlap.
 
-What cannot be rewritten mechanically is not guessed at: a ``# torchdevice port: ...``
-comment line goes above the statement and says why (see docs/port.md for the list).
+What a ``torch.cuda``/``torch.mps`` call becomes comes from :mod:`torchdevice.rewrites`, the
+table the report's advice reads too: guarded where ``torch.accelerator`` raises without an
+accelerator, and helpers for events and streams, so the patched file runs on the CPU as
+well. What cannot be rewritten mechanically is not guessed at: a ``# torchdevice port: ...``
+comment line goes above the statement and says why (see docs/port.md for the list). With
+``static=True`` the files are also read for such calls that did not run
+(:func:`static_entries`), ported under an "unverified" comment.
 """
 
 from __future__ import annotations
