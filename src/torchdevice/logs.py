@@ -83,7 +83,7 @@ def _configured_elsewhere(name: str, own: logging.Handler) -> bool:
             return True
         if not current.propagate:
             return False
-        current = current.parent  # type: ignore[assignment]
+        current = current.parent
     return False
 
 
