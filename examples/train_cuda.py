@@ -4,7 +4,7 @@ Nothing here knows about torchdevice: the device is hard-coded to "cuda", tensor
 model are moved with ``.cuda()``, and the checkpoint is reloaded with
 ``map_location="cuda"``. Natively it needs an NVIDIA GPU. Run it anywhere with::
 
-    python -m torchdevice examples/train_cuda.py --epochs 5
+    python -m torchdevice examples/train_cuda.py --epochs 15
 
 It trains a small MLP to classify points on two interleaved spirals, checkpoints it,
 reloads it and checks its own accuracy, exiting non-zero if training failed.

@@ -55,7 +55,7 @@ def test_an_explicit_level_is_applied_and_undone(caplog: pytest.LogCaptureFixtur
     # DEBUG adds each decision with its reason, before the INFO line of the call site.
     debug = [m for m in messages if m.startswith("decision: 'mps'")]
     assert len(debug) == 1
-    assert "-> cpu (fallback: MPS request on a CPU-only host" in debug[0]
+    assert "-> cpu (to-cpu: MPS request on a CPU-only host" in debug[0]
     assert any("torch.ones(mps:0) -> cpu:0" in m for m in messages)
     torchdevice.enable(log_level="ERROR")  # a reconfiguration replaces the level
     assert LOGGER.level == logging.ERROR

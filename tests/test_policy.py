@@ -56,7 +56,7 @@ def _request_id(request):
 # SPEC §2, default state: request -> parsed request, then (device, action) per host
 # ---------------------------------------------------------------------------------------
 
-DEF, RED, UNC, FBK = "default", "redirect", "unchanged", "fallback"
+DEF, RED, UNC, FBK = "default", "redirect", "unchanged", "to-cpu"
 
 TABLE = [
     # request                parsed                MPS host      CUDA host (2)   CPU-only host
@@ -95,7 +95,7 @@ def test_table_cell(request_, requested, host, device, action):
     assert decision.toggle_override is False
     assert isinstance(decision.reason, str)
     assert decision.reason.strip() != ""
-    assert decision.moved is (action in ("redirect", "fallback"))
+    assert decision.moved is (action in ("redirect", "to-cpu"))
 
 
 @pytest.mark.parametrize("host", HOSTS.values(), ids=HOSTS.keys())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import subprocess
 import sys
@@ -332,3 +333,19 @@ def test_defaults_need_no_pydantic():
         check=True,
     )  # fmt: skip
     assert done.stdout.split("\n")[:2] == ["False", "INFO True"]
+
+
+@pytest.mark.parametrize("function", [torchdevice.enable, torchdevice.redirect])
+def test_help_lists_every_option_with_its_variable(function):
+    """``help(enable)`` shows the options one by one, not ``**options: Unpack[Options]``."""
+    fields = [field.name for field in dataclasses.fields(Settings)]
+    parameters = inspect.signature(function).parameters
+    assert list(parameters) == fields
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+    assert repr(parameters["keep_cpu"].default) == "$TORCHDEVICE_KEEP_CPU or False"
+    assert repr(parameters["cpu_override"].default) == "False"  # it has no variable
+    documented = torchdevice.enable.__doc__ or ""
+    for name in fields:
+        assert f"``{name}``" in documented, name
+    for variable in ENV_VARS:
+        assert f"``{variable}``" in documented, variable

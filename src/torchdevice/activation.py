@@ -9,6 +9,8 @@ state.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import threading
 from collections.abc import Iterator
@@ -242,9 +244,22 @@ def enable(**options: Unpack[Options]) -> None:
     """Redirect every device request in this process through the policy.
 
     Idempotent: enabling twice with the same options changes nothing; enabling with other
-    options reconfigures the running activation. Options are the fields of
-    :class:`~torchdevice.settings.Settings` (``keep_cpu``, ``cpu_override``, ``host``,
-    ``log_level``, ``report_path``); each overrides its environment variable.
+    options reconfigures the running activation. Each option overrides its environment
+    variable, which overrides the default (:class:`~torchdevice.settings.Settings`):
+
+    - ``log_level`` (``TORCHDEVICE_LOG_LEVEL``): ``"DEBUG"``/``"INFO"``/``"WARNING"``/
+      ``"ERROR"`` for the ``torchdevice`` loggers; unset, logging's configuration decides.
+    - ``keep_cpu`` (``TORCHDEVICE_KEEP_CPU``): explicit ``"cpu"`` requests stay on the CPU.
+    - ``cpu_override``: start with the ``"cpu:-1"`` override on.
+    - ``host`` (``TORCHDEVICE_HOST``): ``"cpu"``, or ``"mps"``/``"cuda"`` where the machine
+      has it, or a :class:`~torchdevice.host.Host`; unset, the machine is probed.
+    - ``report_path`` (``TORCHDEVICE_REPORT``): where the launcher writes the report.
+    - ``fallback`` (``TORCHDEVICE_FALLBACK``): rerun on the CPU the ops the accelerator
+      cannot run (default true).
+    - ``cuda_available`` (``TORCHDEVICE_CUDA_AVAILABLE``): what the facades' availability
+      queries answer while redirecting (default true).
+
+    A bad value raises :class:`~torchdevice.errors.SettingsError` naming where it came from.
 
     Child processes are redirected too: ``ACTIVATE_TORCH_DEVICE=1`` and each option given
     here (but ``cpu_override``, and a ``host`` the child could not be) are exported to the
@@ -289,6 +304,37 @@ def describe(runtime: Runtime) -> str:
     if runtime.settings.keep_cpu:
         line += "; explicit 'cpu' requests stay on the CPU"
     return line
+
+
+class _FromEnvironment:
+    """The default an option shows in ``help()``: its variable, else the setting's default."""
+
+    def __init__(self, variable: str | None, default: object) -> None:
+        self.text = repr(default) if variable is None else f"${variable} or {default!r}"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _options_signature(returns: str) -> inspect.Signature:
+    """``(*, log_level=..., keep_cpu=..., ...)``: the options one by one, for ``help()``,
+    which would otherwise show ``**options: Unpack[Options]``."""
+    from torchdevice.settings import Settings  # noqa: PLC0415 - a dataclass, no pydantic
+
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                field.name, inspect.Parameter.KEYWORD_ONLY,
+                default=_FromEnvironment(_FIELD_VARS.get(field.name), field.default),
+                annotation=field.type,
+            )
+            for field in dataclasses.fields(Settings)
+        ],
+        return_annotation=returns,
+    )  # fmt: skip
+
+
+enable.__signature__ = _options_signature("None")  # type: ignore[attr-defined]
 
 
 #: The runtime of the last activation, reused by the next one with the same host and
@@ -348,8 +394,9 @@ def is_enabled() -> bool:
 def redirect(**options: Unpack[Options]) -> Iterator[Runtime]:
     """Redirect inside a ``with`` block; nests; the previous state returns on exit.
 
-    Options add to those of an enclosing ``redirect``/``enable``. The scope is in time,
-    not per thread: while the block runs, every covered thread is redirected.
+    Options are :func:`enable`'s, and add to those of an enclosing ``redirect``/``enable``.
+    The scope is in time, not per thread: while the block runs, every covered thread is
+    redirected.
     """
     with _lock:
         saved = (runtime_module.active(), _options)
@@ -366,6 +413,9 @@ def redirect(**options: Unpack[Options]) -> Iterator[Runtime]:
                 disable()
             elif previous is not runtime_module.active():
                 _activate(previous, previous_options)
+
+
+redirect.__signature__ = _options_signature("Iterator[Runtime]")  # type: ignore[attr-defined]
 
 
 def set_cpu_override(on: bool) -> None:

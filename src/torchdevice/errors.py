@@ -27,7 +27,8 @@ class TorchDeviceError(Exception):
 
 
 class DeviceRequestError(TorchDeviceError, RuntimeError):
-    """A device request torch would reject too (malformed string, index past the count).
+    """A device request torch would reject too (a malformed string, ``mps:1``, on a CUDA
+    host a CUDA index past its device count).
 
     ``request`` holds the request exactly as the caller passed it.
     """

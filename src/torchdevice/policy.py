@@ -57,7 +57,9 @@ GOVERNED_TYPES = frozenset({"cpu", "cuda", "mps"})
 
 _DEVICE_STRING = re.compile(r"(?P<type>[a-zA-Z_][a-zA-Z0-9_]*)(?::(?P<index>0|-1|[1-9][0-9]*))?")
 
-Action = Literal["unchanged", "redirect", "fallback", "default", "override"]
+#: ``to-cpu``: a CUDA or MPS request on a CPU-only host. Not called "fallback", which is
+#: the word for an op rerun on the CPU (:mod:`torchdevice.fallback`).
+Action = Literal["unchanged", "redirect", "to-cpu", "default", "override"]
 #: What a tensor means to the code that made it: host memory, or an accelerator's.
 Standing = Literal["host", "device"]
 
@@ -113,7 +115,7 @@ class Decision:
     @property
     def moved(self) -> bool:
         """True when the device differs from what the code asked for (worth a log line)."""
-        return self.action in ("redirect", "fallback")
+        return self.action in ("redirect", "to-cpu")
 
 
 _CPU = DeviceSpec("cpu", 0)
@@ -202,8 +204,9 @@ def decide(
     """Decide where ``request`` goes on ``host`` given ``state``.
 
     Pure: no torch, no I/O, no mutation. Raises the errors of :func:`parse_request`, and
-    :class:`DeviceRequestError` for an MPS index other than 0 or a CUDA index past the
-    host's device count (torch's "invalid device ordinal").
+    :class:`DeviceRequestError` for an MPS index other than 0 (on every host) or, on a
+    CUDA host, a CUDA index past its device count (torch's "invalid device ordinal"; on
+    an MPS or CPU-only host every ``cuda:n`` has a device to go to).
     """
     spec = parse_request(request, extra_types)
     accelerator = host.accelerator
@@ -243,7 +246,7 @@ def decide(
             return Decision(_MPS, spec, "unchanged", "MPS host")
         if accelerator == "cuda":
             return Decision(_CUDA_CURRENT, spec, "redirect", "MPS request sent to CUDA")
-        return Decision(_CPU, spec, "fallback", "MPS request on a CPU-only host: CPU")
+        return Decision(_CPU, spec, "to-cpu", "MPS request on a CPU-only host: CPU")
 
     # spec.type == "cuda"
     if accelerator == "cuda":
@@ -256,7 +259,7 @@ def decide(
         return Decision(spec, spec, "unchanged", "CUDA host")
     if accelerator == "mps":
         return Decision(_MPS, spec, "redirect", "CUDA request sent to MPS (every cuda:n is mps:0)")
-    return Decision(_CPU, spec, "fallback", "CUDA request on a CPU-only host: CPU")
+    return Decision(_CPU, spec, "to-cpu", "CUDA request on a CPU-only host: CPU")
 
 
 # -- rules beside the table: pure, applied by the intercepts --------------------------------

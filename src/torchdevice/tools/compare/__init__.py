@@ -14,7 +14,8 @@ added so that a module failing to import in one run does not stop that run.
 ``DIR`` (default ``torchdevice-compare``) receives:
 
 ``compare.json``
-    ``format`` (``"torchdevice-compare/1"``), ``pytest_args``, ``host``, ``runs`` (per run:
+    ``format`` (``"torchdevice-compare/1"``), ``pytest_args``, ``host``, ``interrupted``
+    (``null``, or the run Ctrl-C stopped), ``runs`` (per run:
     ``command``, ``exit_code``, ``duration_s``, ``collected``, ``totals``), ``tests`` (per
     node id: ``category`` and the ``native`` and ``redirected`` results: ``outcome``,
     ``message``, ``duration``, ``redirects``, ``fallbacks``), and the node-id lists
@@ -31,8 +32,15 @@ redirected (GPU-only tests on a host without one); ``native_only`` the reverse; 
 fails natively and passes redirected; ``same`` otherwise. The pass rate of a run is
 passed / (passed + failed + error): the tests that ran to a verdict.
 
-Exit status: 0, or 1 when there is a regression, or 2 when a run ended abnormally (pytest
-exit status 2-4: interrupted, internal error, usage error; see its ``.log``).
+Before either run, a bad ``TORCHDEVICE_*`` value or pytest arguments pytest rejects (checked
+by a pytest child that collects nothing, :func:`~torchdevice.tools.compare.runner.check_arguments`)
+stop compare with one line and status 2. Ctrl-C stops the running child and its children,
+writes both reports with the tests that finished (``compare.json``'s ``interrupted`` names
+the run) and exits with status 130.
+
+Exit status: 0, or 1 when there is a regression, or 2 for a usage error or when a run
+ended abnormally (pytest exit status 2-4: interrupted, internal error, usage error; see its
+``.log``), or 130 after Ctrl-C.
 """
 
 from __future__ import annotations

@@ -162,6 +162,8 @@ def run_pytest(
         command += ["-p", "torchdevice.tools.pytest_plugin"]  # otherwise the entry point loads it
     if redirected:
         command += ["--torchdevice", f"--torchdevice-report={output / 'migration-report.json'}"]
+    else:  # a project whose configuration sets the `torchdevice` ini key runs natively too
+        command += ["-o", "torchdevice=false"]
     command += list(pytest_args)
     run = RunResult(label, command)
     display = _Progress(progress, label)
