@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from torchdevice import callsite
+from torchdevice.compiling import _compiler, is_tracing
 from torchdevice.host import Host
 from torchdevice.policy import Decision, Standing, draws_on_generator, pins, stands_for
 from torchdevice.report import api_name
@@ -44,7 +45,8 @@ from torchdevice.transfers import (
 
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
-_is_compiling = torch.compiler.is_compiling
+# torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
+_is_tracing = is_tracing
 
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
@@ -74,7 +76,7 @@ def _apply(
     (:mod:`torchdevice.transfers`); ``None`` for that while dynamo traces: marks are for
     eager tensors.
     """
-    if _is_compiling():
+    if _is_tracing() or _compiler._is_compiling_flag:
         return rt.resolve(request)[1], None
     try:
         resolved = rt.decisions.get((type(request), request))
@@ -154,7 +156,9 @@ def factory(
             _factory_dtype(rt, func, args, kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
         result = func(*args, **kwargs)
-        return result if _is_compiling() else mark_placed(result, "host")
+        if _is_tracing() or _compiler._is_compiling_flag:
+            return result
+        return mark_placed(result, "host")
     device, wanted = _apply(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:

@@ -46,7 +46,7 @@ from torchdevice.policy import pins
 from torchdevice.runtime import Runtime, active
 from torchdevice.transfers import mark_placed
 
-__all__ = ["GROUP", "OPS", "install", "installed", "keys"]
+__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed"]
 
 #: Ledger group of the net's registrations.
 GROUP: Final = "dispatcher net"
@@ -58,7 +58,7 @@ _DEVICE_TYPES: Final = ("CUDA", "MPS")
 _is_compiling = torch.compiler.is_compiling
 
 
-def keys() -> tuple[str, ...]:
+def dispatch_keys() -> tuple[str, ...]:
     """The dispatch keys this build has no allocation kernel for (the net's keys)."""
     return tuple(
         key
@@ -73,14 +73,14 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """Register the net's kernels on every key of :func:`keys` (idempotent).
+    """Register the net's kernels on every key of :func:`dispatch_keys` (idempotent).
 
     The registrations live as long as the ``Library`` object: the ledger keeps it and
     destroys it on undo, after which the dispatcher answers as it did before.
     """
     if installed():
         return
-    missing = keys()
+    missing = dispatch_keys()
     if not missing:
         return
     library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch

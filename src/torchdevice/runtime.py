@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from torchdevice import callsite
+from torchdevice.compiling import _compiler
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
@@ -271,11 +272,19 @@ class Runtime:
         through (``"cuda"``, ``"to"``): overrides of it that call ``super()`` are skipped,
         so the row lands where the user called it (:func:`~torchdevice.callsite.past_overrides`).
         """
-        decision, device, kind, _ = self.resolve(request)
+        resolved = None
+        if not _is_tracing():  # resolve(), inlined for the cache hit: Tensor.to's hot path
+            try:  # noqa: SIM105 - building a contextlib.suppress costs more than the lookup
+                resolved = self.decisions.get((type(request), request))
+            except TypeError:  # unhashable: resolve() lets the policy raise
+                pass
+        if resolved is None:
+            resolved = self.resolve(request)
+        decision, device, kind, _ = resolved
         # A device object was reported where it was made (``torch.device(...)``): its
         # uses (``x.to(device)``) are no lines to port.
         if kind is not None and report and type(request) is not torch.device \
-                and not _is_compiling():  # fmt: skip
+                and not (_is_tracing() or _compiler._is_compiling_flag):  # fmt: skip
             # From a handler: place <- handler <- the mode's __torch_function__.
             frame = callsite.caller(2)
             if method is not None:
