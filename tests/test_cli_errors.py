@@ -240,7 +240,7 @@ def test_info_rejects_an_invalid_host() -> None:
     line = one_line(run("info", TORCHDEVICE_HOST="tpu"))
     assert line == (
         f"{PROG} info: error: invalid TORCHDEVICE_HOST='tpu' from the environment: "
-        "expected 'cpu', 'mps' or 'cuda'"
+        "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"
     )
 
 
