@@ -165,8 +165,22 @@ def _start(config: pytest.Config, host: str | None) -> None:
     if host is not None:
         state.saved_host = os.environ.get(_HOST_ENV, _UNSET)
         os.environ[_HOST_ENV] = host  # ... and force the same host
-    _activation().enable()
+    try:
+        _activation().enable()
+    except BaseException:
+        _restore_env(state)  # a refused host leaves the environment as it was
+        raise
     state.enabled = True
+
+
+def _restore_env(state: _State) -> None:
+    """Put back the variables :func:`_start` set."""
+    for variable, saved in ((_ENV, state.saved_env), (_HOST_ENV, state.saved_host)):
+        if saved == _UNSET:
+            os.environ.pop(variable, None)
+        elif saved is not None:
+            os.environ[variable] = saved
+    state.saved_host = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -176,15 +190,16 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     A suite's root ``conftest.py`` often imports its test utilities, whose module-level
     ``torch.cuda.is_available()`` answers decide which tests skip: they must see the
     redirected answers, so ``pytest_configure`` would be too late. A bad
-    ``ACTIVATE_TORCH_DEVICE`` is a usage error here, before any test runs.
+    ``ACTIVATE_TORCH_DEVICE`` is a usage error here, before any test runs, and so is a
+    ``--torchdevice-host`` the machine cannot be.
     """
+    known = early_config.known_args_namespace
     try:
         activation_requested()
+        if known.torchdevice_enabled or known.torchdevice_host:
+            _start(early_config, known.torchdevice_host)
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
-    known = early_config.known_args_namespace
-    if known.torchdevice_enabled or known.torchdevice_host:
-        _start(early_config, known.torchdevice_host)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -206,12 +221,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state is None or not state.enabled:
         return
     _activation().disable()
-    for variable, saved in ((_ENV, state.saved_env), (_HOST_ENV, state.saved_host)):
-        if saved == _UNSET:
-            os.environ.pop(variable, None)
-        elif saved is not None:
-            os.environ[variable] = saved
-    state.saved_host = None
+    _restore_env(state)
     state.enabled = False
 
 
