@@ -110,6 +110,15 @@ def test_the_pytest_option_reaches_xdist_workers(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(["torchdevice: redirecting to simgpu:0 (mps host, *"])
 
 
+def test_a_pytest_host_the_machine_cannot_be_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    if torch.backends.mps.is_available():
+        pytest.skip("this machine can be an MPS host")
+    pytester.makepyfile("def test_never_runs():\n    raise AssertionError\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--torchdevice-host", "mps")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: invalid TORCHDEVICE_HOST='mps' from the environment: *"])
+
+
 def test_without_a_compiler_the_error_is_one_line(tmp_path: Path) -> None:
     script = tmp_path / "marks.py"
     marker = tmp_path / "ran"

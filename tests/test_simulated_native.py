@@ -273,4 +273,33 @@ def test_generators_in_random_ops_and_their_copies(simgpu):
     assert torch.empty(4, device=NAME).uniform_(generator=generator).device.type == NAME
 
 
+def test_device_tensors_cross_processes_by_value_while_redirecting(simgpu):
+    """multiprocessing has no IPC for the device (nor for MPS): torchdevice sends its tensors
+    by value, and puts torch's own reducer back when disabled."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    import torchdevice
+
+    original, host = on_device(NAME), on_device("cpu")
+    with pytest.raises(RuntimeError, match="only available on CPU"):
+        ForkingPickler.dumps(original)  # torch alone: no way to share device memory
+    torchdevice.enable(host="simulated-mps")
+    try:
+        parameter = nn.Parameter(original.clone())
+        restored, restored_parameter, cpu = pickle.loads(
+            ForkingPickler.dumps((original, parameter, host))
+        )
+    finally:
+        torchdevice.disable()
+    assert restored.device == original.device
+    assert torch.equal(restored.cpu(), on_device("cpu"))
+    assert restored.untyped_storage().data_ptr() != original.untyped_storage().data_ptr()
+    assert isinstance(restored_parameter, nn.Parameter)
+    assert restored_parameter.requires_grad
+    assert cpu.device.type == "cpu"
+    assert ForkingPickler._extra_reducers[torch.Tensor] is reduce_tensor
+
+
 mirror_in_parent(globals())

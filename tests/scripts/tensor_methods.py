@@ -69,48 +69,89 @@ FAITHFUL_REFUSALS = (
 )
 
 
-def base(device: str) -> torch.Tensor:
-    """A float32 3x4 tensor with distinct values in (0, 1), on ``device``."""
-    return (torch.arange(1, 13, dtype=torch.float32).reshape(3, 4) / 13).to(device)
+def bases(device: str) -> dict[str, torch.Tensor]:
+    """The tensors methods are called on, by kind, on ``device``: a float32 3x4 matrix with
+    distinct values in (0, 1), a square well-conditioned one, a vector, a one-element
+    tensor, an int32 matrix."""
+    matrix = (torch.arange(1, 13, dtype=torch.float32).reshape(3, 4) / 13).to(device)
+    square = (torch.eye(3) * 2 + torch.arange(9.0).reshape(3, 3) / 10).to(device)
+    return {
+        "matrix": matrix,
+        "square": square,
+        "vector": matrix[0].clone(),
+        "scalar": matrix[0, :1].clone(),
+        "int": torch.arange(1, 13, dtype=torch.int32).reshape(3, 4).to(device),
+    }
 
 
-def patterns(device: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Argument patterns, tried in order until the CPU accepts one."""
-    x = base(device)
+def patterns(device: str) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """(kind of tensor, arguments) patterns, tried in order until the CPU accepts one."""
+    b = bases(device)
+    x, square, vector = b["matrix"], b["square"], b["vector"]
     index = torch.tensor([0, 2], device=device)
+    index2d = torch.tensor([[0, 1], [1, 2], [2, 3]], device=device)
     mask = x > 0.5
     return [
-        ((), {}),
-        ((x,), {}),
-        ((0,), {}),
-        ((1,), {}),
-        ((0.5,), {}),
-        ((x.t(),), {}),
-        ((0, index), {}),
-        ((0, index, x[:2]), {}),
-        ((mask, 0.0), {}),
-        ((mask,), {}),
-        ((x, 0.5), {}),
-        ((x, x), {}),
-        ((torch.float16,), {}),
-        ((device,), {}),
-        ((2, 3, 2), {}),
-        ((4, 3), {}),
-        ((12,), {}),
-        (((2, 6),), {}),
-        ((0, 1), {}),
-        ((1, 0, 2), {}),
-        ((0, 0, 2), {}),
+        ("matrix", (), {}),
+        ("matrix", (x,), {}),
+        ("matrix", (0,), {}),
+        ("matrix", (1,), {}),
+        ("matrix", (0.5,), {}),
+        ("matrix", (x.t(),), {}),
+        ("matrix", (0, index), {}),
+        ("matrix", (0, index, x[:2]), {}),
+        ("matrix", (0, index, 0.5), {}),
+        ("matrix", (1, index2d), {}),
+        ("matrix", (1, index2d, x[:, :2]), {}),
+        ("matrix", (mask, 0.0), {}),
+        ("matrix", (mask,), {}),
+        ("matrix", (mask, x), {}),
+        ("matrix", (x, 0.5), {}),
+        ("matrix", (x, x), {}),
+        ("matrix", (torch.float16,), {}),
+        ("matrix", (device,), {}),
+        ("matrix", (2, 3, 2), {}),
+        ("matrix", (4, 3), {}),
+        ("matrix", (12,), {}),
+        ("matrix", ((2, 6),), {}),
+        ("matrix", (0, 1), {}),
+        ("matrix", (1, 0, 2), {}),
+        ("matrix", (0, 0, 2), {}),
+        ("matrix", (index,), {}),
+        ("matrix", ((index,), x[:2]), {}),
+        ("matrix", (index, vector[:2]), {}),
+        ("matrix", ([1, 2],), {}),
+        ("matrix", (1, (2, 2)), {}),
+        ("matrix", ((2,), 0.5), {}),
+        ("matrix", ((2, 2), (1, 2)), {}),
+        ("matrix", (x[:, 0].clone(),), {}),
+        ("matrix", (x[0], 0, 0), {}),
+        ("matrix", (torch.tensor([0.25], device=device),), {}),
+        ("matrix", (), {"size": 3}),
+        ("matrix", (x.t(), x), {}),
+        ("square", (), {}),
+        ("square", (2,), {}),
+        ("square", (square,), {}),
+        ("square", (square, square), {}),
+        ("square", (square, square[0]), {}),
+        ("vector", (vector,), {}),
+        ("vector", ((3, 4),), {}),
+        ("scalar", (), {}),
+        ("int", (), {}),
+        ("int", (b["int"],), {}),
+        ("int", (1,), {}),
     ]
 
 
 #: Methods whose device result is on the CPU by design.
 HOST_RESULTS = {"cpu"}
+#: Methods that return uninitialised memory: only dtype, shape and device are compared.
+UNINITIALISED = {"Tensor.new_empty", "Tensor.new_empty_strided"}
 
 
-def compare(cpu: Any, dev: Any, on: str = NAME) -> str | None:
+def compare(cpu: Any, dev: Any, on: str = NAME, values: bool = True) -> str | None:
     """None when ``dev`` (from the device) is ``cpu``'s result, its tensors on ``on``, else
-    what differs."""
+    what differs (``values=False``: tensors' values are not compared)."""
     if isinstance(cpu, torch.Tensor):
         if not isinstance(dev, torch.Tensor):
             return f"a {type(dev).__name__}, not a tensor"
@@ -118,7 +159,7 @@ def compare(cpu: Any, dev: Any, on: str = NAME) -> str | None:
             return f"landed on {dev.device}"
         if cpu.dtype != dev.dtype or cpu.shape != dev.shape:
             return f"{dev.dtype}{tuple(dev.shape)} instead of {cpu.dtype}{tuple(cpu.shape)}"
-        if cpu.layout != torch.strided or cpu.is_quantized:
+        if cpu.layout != torch.strided or cpu.is_quantized or not values:
             return None
         host, ref = dev.detach().cpu(), cpu.detach()
         if ref.dtype in (torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2):
@@ -133,7 +174,7 @@ def compare(cpu: Any, dev: Any, on: str = NAME) -> str | None:
         if not isinstance(dev, (tuple, list)) or len(cpu) != len(dev):
             return "another structure"
         for one, other in zip(cpu, dev, strict=True):
-            problem = compare(one, other, on)
+            problem = compare(one, other, on, values)
             if problem is not None:
                 return problem
         return None
@@ -164,11 +205,14 @@ def call(method: Callable[..., Any], device: str, pattern: int, on_storage: bool
     """``method`` on a fresh base tensor (or its storage) of ``device`` with argument pattern
     ``pattern``, the generators seeded alike; returns the result and the tensor or storage
     itself (in-place methods change it)."""
-    args, kwargs = patterns(device)[pattern]
+    kind, args, kwargs = patterns(device)[pattern]
+    target = bases(device)[kind]
     if on_storage:
+        if kind != "matrix":
+            raise ValueError("storages are called with the matrix patterns only")
         args = tuple(a.untyped_storage() if isinstance(a, torch.Tensor) else a for a in args)
+        target = target.untyped_storage()
     torch.manual_seed(0)
-    target = base(device).untyped_storage() if on_storage else base(device)
     result = method(target, *args, **kwargs)
     return result, target
 
@@ -219,7 +263,8 @@ def run_one(owner: str, name: str) -> tuple[str, str]:
             return "refused", text
         return "differs", text
     on = "cpu" if name in HOST_RESULTS else NAME
-    problem = compare(cpu[0], dev[0], on) or compare(cpu[1], dev[1])
+    values = f"{owner}.{name}" not in UNINITIALISED
+    problem = compare(cpu[0], dev[0], on, values) or compare(cpu[1], dev[1])
     if problem is None:
         return "same", f"pattern {pattern}"
     if f"{owner}.{name}" in DEVICE_SPECIFIC:

@@ -209,9 +209,12 @@ def _start(config: pytest.Config, host: str | None) -> None:
         os.environ[_HOST_ENV] = host  # ... and force the same host
     try:
         _activation().enable()
-    except SettingsError as exc:  # a bad TORCHDEVICE_* value: one line, before any test
-        _restore_env(state)
+    except SettingsError as exc:  # a bad TORCHDEVICE_* value or a host the machine
+        _restore_env(state)  # cannot be: one line, before any test, environment as it was
         raise pytest.UsageError(str(exc)) from None
+    except BaseException:
+        _restore_env(state)
+        raise
     state.enabled = True
 
 
@@ -234,10 +237,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     redirected answers, so ``pytest_configure`` would be too late.
 
     A bad ``ACTIVATE_TORCH_DEVICE``/``TORCH_ALLOW_REDIRECTS`` is a usage error here under
-    ``--torchdevice``, before any test runs. Without it, the plugin is only loaded because
-    torchdevice is installed: a project that may never import torch must not be stopped by
-    a variable meant for torchdevice, so the run goes on natively with a
-    ``PytestConfigWarning`` that names the variable (``-W error`` makes it an error).
+    ``--torchdevice``, before any test runs, and so is a ``--torchdevice-host`` the machine
+    cannot be. Without it, the plugin is only loaded because torchdevice is installed: a
+    project that may never import torch must not be stopped by a variable meant for
+    torchdevice, so the run goes on natively with a ``PytestConfigWarning`` that names the
+    variable (``-W error`` makes it an error).
     """
     known = early_config.known_args_namespace
     requested = bool(
@@ -252,7 +256,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
             pytest.PytestConfigWarning(f"{exc}; torchdevice stays off"), stacklevel=2
         )
     if requested:
-        _start(early_config, early_config.known_args_namespace.torchdevice_host)
+        _start(early_config, known.torchdevice_host)
 
 
 def pytest_configure(config: pytest.Config) -> None:
