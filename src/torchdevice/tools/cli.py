@@ -209,6 +209,13 @@ def _port(argv: Sequence[str], prog: str) -> int:
     problem = None if ns.output is None else _unwritable(ns.output)
     if problem:  # found now, not after the script ran
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
+    if rest:  # the run's child would refuse a bad TORCHDEVICE_* value: say it here, once
+        from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
+
+        try:
+            load_settings()
+        except SettingsError as exc:
+            parser.exit(2, f"{prog}: error: {exc}\n")
     if ns.report is not None:
         try:
             raw = json.loads(ns.report.read_text(encoding="utf-8"))
