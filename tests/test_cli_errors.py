@@ -71,7 +71,21 @@ def marking_script(tmp_path: Path) -> tuple[Path, Path]:
     return script, marker
 
 
-def _wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 120.0) -> None:
+#: Execs its arguments with Ctrl-C's default action, which Python turns into
+#: ``KeyboardInterrupt``. A shell's background job starts with SIGINT ignored, and Python
+#: keeps an ignored SIGINT ignored: a test run from one would see no Ctrl-C at all.
+_INTERRUPTIBLE = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def _interruptible(*args: str | Path) -> list[str]:
+    """``python -m torchdevice ARGS``, started with SIGINT's default action."""
+    return [sys.executable, "-c", _INTERRUPTIBLE, *_command(*args)]
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert process.poll() is None, process.communicate()
@@ -89,6 +103,16 @@ def test_port_to_an_unwritable_patch_fails_before_the_script_runs(tmp_path: Path
     assert line == (
         f"{PROG} port: error: cannot write the patch to {target}: "
         f"no directory {str(target.parent)!r}"
+    )
+    assert not marker.exists()
+
+
+def test_port_with_a_bad_setting_fails_before_the_script_runs(tmp_path: Path) -> None:
+    script, marker = marking_script(tmp_path)
+    line = one_line(run("port", script, TORCHDEVICE_HOST="tpu"))
+    assert line == (
+        f"{PROG} port: error: invalid TORCHDEVICE_HOST='tpu' from the environment: "
+        "expected 'cpu', 'mps' or 'cuda'"
     )
     assert not marker.exists()
 
@@ -138,13 +162,13 @@ def test_ctrl_c_shows_only_the_scripts_frames(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     process = subprocess.Popen(
-        _command("--no-report", script), env=_env(), stdout=subprocess.PIPE,
+        _interruptible("--no-report", script), env=_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         _wait_for(ready, process)
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=300)  # the CI box may be loaded
     finally:
         process.kill()
     # Python's own ending for an uncaught KeyboardInterrupt: death by SIGINT (130 in a shell)
@@ -170,6 +194,18 @@ def test_compare_rejects_an_unknown_pytest_option_before_running_anything(tmp_pa
     assert one_line(result) == f"{PROG} compare: error: pytest: unrecognized arguments: --bogus"
     assert not output.exists()
     assert not marker.exists()
+
+
+def test_compare_stops_after_the_native_run_finds_a_missing_path(tmp_path: Path) -> None:
+    """pytest only looks for its paths when it starts collecting: the native run says it,
+    and the redirected run never starts."""
+    output = tmp_path / "out"
+    result = run("compare", "--quiet", "--output", output, "no_such_dir", cwd=tmp_path)
+    assert one_line(result) == (
+        f"{PROG} compare: error: pytest: file or directory not found: no_such_dir"
+    )
+    assert not (output / "redirected.log").exists()
+    assert not (output / "compare.md").exists()
 
 
 def test_compare_rejects_a_bad_setting_before_running_anything(tmp_path: Path) -> None:
@@ -206,15 +242,15 @@ def test_ctrl_c_of_compare_stops_its_child_and_writes_what_finished(tmp_path: Pa
     )
     output = tmp_path / "out"
     process = subprocess.Popen(
-        _command("compare", "--quiet", "--output", output, "-p", "no:cacheprovider",
-                 "test_suite.py"),
+        _interruptible("compare", "--quiet", "--output", output, "-p", "no:cacheprovider",
+                       "test_suite.py"),
         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         _wait_for(started, process)
         child = int(started.read_text())
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=120)
+        stdout, stderr = process.communicate(timeout=300)  # the CI box may be loaded
     finally:
         process.kill()
     assert process.returncode == 130, stderr

@@ -219,6 +219,13 @@ def _port(argv: Sequence[str], prog: str) -> int:
     if problem:  # found now, not after the script ran
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
     pairs = _path_mappings(ns.paths, parser)  # checked before the script runs
+    if rest:  # the run's child would refuse a bad TORCHDEVICE_* value: say it here, once
+        from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
+
+        try:
+            load_settings()
+        except SettingsError as exc:
+            parser.exit(2, f"{prog}: error: {exc}\n")
     if ns.report is not None:
         report = _read_reports(ns.report, parser, prog)
     else:
