@@ -112,7 +112,7 @@ def test_port_with_a_bad_setting_fails_before_the_script_runs(tmp_path: Path) ->
     line = one_line(run("port", script, TORCHDEVICE_HOST="tpu"))
     assert line == (
         f"{PROG} port: error: invalid TORCHDEVICE_HOST='tpu' from the environment: "
-        "expected 'cpu', 'mps' or 'cuda'"
+        "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"
     )
     assert not marker.exists()
 

@@ -59,6 +59,9 @@ def _init(self: DataParallel[Any], *args: Any, **kwargs: Any) -> None:
             f"{rt.host.kind} host: one device, the module runs once on the whole batch",
         )  # fmt: skip
     _ORIGINAL_INIT(*bound.args, **bound.kwargs)
+    # torch builds ``torch.device("cuda", device_ids[0])``, which reads as written
+    # (docs/policy.md); forward compares the parameters' real device with it.
+    self.src_device_obj = rt.place(self.src_device_obj, "torch.nn.DataParallel", report=False)[1]
 
 
 def _to(value: Any, device: torch.device) -> Any:
@@ -88,6 +91,32 @@ def _scatter(inputs: Any, target_gpus: Sequence[int | torch.device], dim: int = 
     return [_to(inputs, device)]
 
 
+_ORIGINAL_FUNCTIONAL = torch.nn.parallel.data_parallel
+
+
+@functools.wraps(_ORIGINAL_FUNCTIONAL)
+def _data_parallel(
+    module: torch.nn.Module,
+    inputs: Any,
+    device_ids: Sequence[int | torch.device] | None = None,
+    output_device: int | torch.device | None = None,
+    dim: int = 0,
+    module_kwargs: Any = None,
+) -> Any:
+    """torch's functional ``data_parallel``; off CUDA hosts it runs as on a one-GPU
+    machine: the module once, on the whole batch, on the device its parameters are on
+    (torch's own check compares them with ``torch.device("cuda", 0)`` as written)."""
+    rt = active()
+    if rt is None or rt.host.kind == "cuda":
+        return _ORIGINAL_FUNCTIONAL(module, inputs, device_ids, output_device, dim, module_kwargs)
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,) if inputs is not None else ()
+    first = next(iter([*module.parameters(), *module.buffers()]), None)
+    _, placed = rt.place(torch.device("cuda", 0), "torch.nn.parallel.data_parallel", report=False)
+    device = first.device if first is not None else placed
+    return module(*_to(inputs, device), **_to(dict(module_kwargs or {}), device))
+
+
 def install() -> None:
     """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
     at each call. ``disable()`` takes them out (the ledger)."""
@@ -96,3 +125,4 @@ def install() -> None:
     ledger.set_attr(GROUP, DataParallel, "__init__", _init)
     # The module global that scatter_kwargs (DataParallel.scatter, data_parallel) calls.
     ledger.set_attr(GROUP, scatter_gather, "scatter", _scatter)
+    ledger.set_attr(GROUP, torch.nn.parallel, "data_parallel", _data_parallel)

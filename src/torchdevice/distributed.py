@@ -72,7 +72,7 @@ _NATIVE_FUNCTIONS = (
     "barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list",
     "gather_object", "scatter_object_list", "send_object_list", "recv_object_list",
     "destroy_process_group", "send", "recv", "isend", "irecv", "batch_isend_irecv",
-    "gather", "scatter", "all_reduce_coalesced", "all_gather_coalesced",
+    "all_reduce_coalesced", "all_gather_coalesced",
 )  # fmt: skip
 _ORIGINAL_NATIVE: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _NATIVE_FUNCTIONS if hasattr(c10d, name)

@@ -121,6 +121,23 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
         return _ORIGINAL_GENERATOR(device=rt.place(device, "torch.Generator")[1])
 
 
+_ORIGINAL_SET_DEFAULT_DEVICE = torch.set_default_device
+
+
+def set_default_device(device: Any) -> None:
+    """``torch.set_default_device`` whose device goes through the policy.
+
+    The ``DeviceContext`` mode it installs can sit below the function mode, where
+    factories reach it with no ``device=`` for the mode to rewrite; given the placed
+    device, it hands them one that exists (``triu_indices`` has no kernel the net covers).
+    """
+    rt = active()
+    if rt is None or device is None:
+        _ORIGINAL_SET_DEFAULT_DEVICE(device)
+        return
+    _ORIGINAL_SET_DEFAULT_DEVICE(rt.place(device, "torch.set_default_device")[1])
+
+
 _ORIGINAL_MODULE_CUDA = torch.nn.Module.cuda
 _ORIGINAL_MODULE_CPU = torch.nn.Module.cpu
 
@@ -194,6 +211,7 @@ _REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
     (torch.nn.Module, "cuda", _ORIGINAL_MODULE_CUDA, module_cuda),
     (torch.nn.Module, "cpu", _ORIGINAL_MODULE_CPU, module_cpu),
     (torch._utils, "_rebuild_tensor", _ORIGINAL_REBUILD, rebuild_tensor),
+    (torch, "set_default_device", _ORIGINAL_SET_DEFAULT_DEVICE, set_default_device),
 )
 
 
