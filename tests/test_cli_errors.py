@@ -8,7 +8,6 @@ process: exit statuses, signals and what reaches stderr are process-level behavi
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from childenv import clean_env
 from torchdevice.environment import BOOL_EXPECTED
 from torchdevice.host import probe_host
 from torchdevice.policy import decide
@@ -26,18 +26,6 @@ from torchdevice.policy import decide
 pytestmark = pytest.mark.slow
 
 PROG = "python -m torchdevice"
-
-
-def _env(**extra: str) -> dict[str, str]:
-    """os.environ without what switches torchdevice on or configures it, plus ``extra``."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
-        and not name.startswith("TORCHDEVICE_")
-    }
-    env.update(extra)
-    return env
 
 
 def _command(*args: str | Path) -> list[str]:
@@ -50,7 +38,7 @@ def _command(*args: str | Path) -> list[str]:
 def run(*args: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m torchdevice ARGS`` to its end."""
     return subprocess.run(
-        _command(*args), cwd=cwd, env=_env(**env), capture_output=True, text=True,
+        _command(*args), cwd=cwd, env=clean_env(**env), capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
 
@@ -162,7 +150,7 @@ def test_ctrl_c_shows_only_the_scripts_frames(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     process = subprocess.Popen(
-        _interruptible("--no-report", script), env=_env(), stdout=subprocess.PIPE,
+        _interruptible("--no-report", script), env=clean_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -244,7 +232,7 @@ def test_ctrl_c_of_compare_stops_its_child_and_writes_what_finished(tmp_path: Pa
     process = subprocess.Popen(
         _interruptible("compare", "--quiet", "--output", output, "-p", "no:cacheprovider",
                        "test_suite.py"),
-        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         _wait_for(started, process)

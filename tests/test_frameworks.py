@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from childenv import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -37,15 +38,9 @@ pytestmark = pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on 
 
 def run_redirected(script: str, *args: str, **env: str) -> dict[str, object]:
     """Run a GPU script under ``python -m torchdevice`` in a child; its JSON facts."""
-    clean = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
-        and not name.startswith("TORCHDEVICE_")
-    }
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", str(SCRIPTS / script), *args],
-        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=clean_env(**env), capture_output=True, text=True, timeout=300,
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import warnings
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 import torchdevice
+from childenv import clean_env
 
 LOGGER = logging.getLogger("torchdevice")
 
@@ -105,19 +105,9 @@ torch.ones(1, device="cuda")  # after
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
-        and not name.startswith("TORCHDEVICE_")
-    }
-    return {**env, **extra}
-
-
 def _python(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *map(str, args)], env=_env(**env), capture_output=True, text=True,
+        [sys.executable, *map(str, args)], env=clean_env(**env), capture_output=True, text=True,
         timeout=300, check=True,
     )  # fmt: skip
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from childenv import clean_env
 from torchdevice.report import MigrationReport
 from torchdevice.tools.port import MARK, port_report
 
@@ -86,12 +87,7 @@ def _native_env(poison: Path) -> dict[str, str]:
     One intra-op thread: these models are tiny, and on a loaded 2-core runner torch's
     spinning thread pool makes them many times slower.
     """
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
-        and not name.startswith("TORCHDEVICE_")
-    }
+    env = clean_env()
     (poison / "torchdevice").mkdir(parents=True, exist_ok=True)
     (poison / "torchdevice" / "__init__.py").write_text(POISON, encoding="utf-8")
     path = os.pathsep.join(p for p in (str(poison), os.environ.get("PYTHONPATH", "")) if p)
