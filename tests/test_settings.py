@@ -14,9 +14,9 @@ import torch
 
 import torchdevice
 from torchdevice import SettingsError
-from torchdevice.environment import BOOL_EXPECTED, ENV_VARS
+from torchdevice.environment import BOOL_EXPECTED
 from torchdevice.host import Host
-from torchdevice.settings import Settings, activation_requested, load_settings
+from torchdevice.settings import ENV_VARS, Settings, activation_requested, load_settings
 
 # --- load_settings -----------------------------------------------------------------------
 
@@ -349,3 +349,78 @@ def test_help_lists_every_option_with_its_variable(function):
         assert f"``{name}``" in documented, name
     for variable in ENV_VARS:
         assert f"``{variable}``" in documented, variable
+
+
+# --- one declaration: everything else that names the settings agrees with it -------------
+
+
+def test_options_typed_dict_names_every_setting():
+    """``Options`` is the one other spelling of the settings (a type checker cannot derive
+    it): the same names, in the same order."""
+    from torchdevice.settings import FIELDS, Options
+
+    assert tuple(Options.__annotations__) == FIELDS
+    assert tuple(f.name for f in dataclasses.fields(Settings)) == FIELDS
+
+
+def test_environment_variables_come_from_the_declaration():
+    declared = {
+        f.metadata["env"]: f.name for f in dataclasses.fields(Settings) if f.metadata["env"]
+    }
+    assert dict(ENV_VARS) == declared
+    assert all(variable.startswith("TORCHDEVICE_") for variable in ENV_VARS)
+
+
+def _docs_table() -> dict[str, tuple[str, str]]:
+    """getting-started.md's options table: option -> (environment column, default column)."""
+    text = (Path(__file__).parents[1] / "docs" / "getting-started.md").read_text()
+    section = text.split("## Options and environment variables", 1)[1]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 4:
+            rows[cells[0].strip("`")] = (cells[1].strip("`"), cells[2])
+    return rows
+
+
+def test_docs_table_lists_every_setting_with_its_variable():
+    table = _docs_table()
+    assert list(table) == [f.name for f in dataclasses.fields(Settings)]
+    for spec in dataclasses.fields(Settings):
+        variable, default = table[spec.name]
+        assert variable == (spec.metadata["env"] or "—"), spec.name
+        if isinstance(spec.default, bool):
+            assert default == f"`{spec.default}`", spec.name
+
+
+def test_run_flags_come_from_the_declaration():
+    """``torchdevice run``'s setting flags: one per declared flag, accepting what the
+    setting's type accepts, and filling that setting."""
+    from torchdevice.tools import cli
+
+    parser = cli._run_parser("torchdevice run")
+    actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+    flagged = [f for f in dataclasses.fields(Settings) if f.metadata["flag"]]
+    assert [f.metadata["flag"] for f in flagged] == ["--log-level", "--keep-cpu", "--host"]
+    for spec in flagged:
+        action = actions[spec.metadata["flag"]]
+        assert action.dest == spec.name
+        assert action.help == spec.metadata["flag_help"]
+    assert tuple(actions["--log-level"].choices) == ("DEBUG", "INFO", "WARNING", "ERROR")
+    assert tuple(actions["--host"].choices) == ("cpu", "mps", "cuda", "simulated-mps")
+    assert actions["--keep-cpu"].nargs == 0  # a switch
+    ns = parser.parse_args(["--keep-cpu", "--host", "cpu", "--log-level", "INFO", "x.py"])
+    assert (ns.keep_cpu, ns.host, ns.log_level) == (True, "cpu", "INFO")
+
+
+def test_host_choices_are_spelled_once():
+    from typing import get_args
+
+    from torchdevice.host import HOST_CHOICES, HOST_KINDS, HostChoice, HostKind
+
+    assert HOST_KINDS == get_args(HostKind) == ("cpu", "mps", "cuda")
+    assert HOST_CHOICES == get_args(HostChoice) == (*HOST_KINDS, "simulated-mps")
+    with pytest.raises(
+        ValueError, match=r"^unknown host kind 'tpu': expected 'cpu', 'mps' or 'cuda'$"
+    ):
+        Host("tpu")  # type: ignore[arg-type]

@@ -23,18 +23,18 @@ import torch
 from torchdevice import fallback as fallback_module
 from torchdevice import ledger, mode, net, patches, report_file, report_parts, threads
 from torchdevice import runtime as runtime_module
-from torchdevice.environment import ENV_VARS
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.logs import attribute_warnings, configure_logging, logger
 from torchdevice.report import MigrationReport, Recorder
 from torchdevice.runtime import Runtime
+from torchdevice.settings import ENV_VARS, Settings, load_settings
 
-if TYPE_CHECKING:  # the settings module imports pydantic: only on enable()
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from torchdevice.settings import Options, Settings
+    from torchdevice.settings import Options
 
 __all__ = [
     "current_runtime",
@@ -273,8 +273,6 @@ def enable(**options: Unpack[Options]) -> None:
         if runtime_module.active() is not None and options == _options:
             _enter_current_thread()
             return
-        from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
-
         # What an earlier activation exported for its children is not the user's
         # environment: it must not fill the options this call leaves out.
         ledger.undo(ENV_GROUP)
@@ -319,8 +317,6 @@ class _FromEnvironment:
 def _options_signature(returns: str) -> inspect.Signature:
     """``(*, log_level=..., keep_cpu=..., ...)``: the options one by one, for ``help()``,
     which would otherwise show ``**options: Unpack[Options]``."""
-    from torchdevice.settings import Settings  # noqa: PLC0415 - a dataclass, no pydantic
-
     return inspect.Signature(
         [
             inspect.Parameter(

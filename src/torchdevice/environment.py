@@ -1,8 +1,10 @@
 """The environment variables torchdevice reads, without importing pydantic.
 
 ``import torchdevice`` must stay cheap (the import-time budget is 50 ms on top of torch):
-deciding whether to enable at import needs only these, so pydantic and the settings model
-(:mod:`torchdevice.settings`) load on the first ``enable()``.
+deciding whether to enable at import needs only the two variables that switch it on and
+the one rule every boolean variable follows. The variables that fill settings are declared
+with the settings (:data:`torchdevice.settings.ENV_VARS`), which load on the first
+``enable()``.
 """
 
 from __future__ import annotations
@@ -12,20 +14,7 @@ from collections.abc import Mapping
 
 from torchdevice.errors import SettingsError
 
-__all__ = [
-    "BOOL_EXPECTED", "ENV_VARS", "FALSE_WORDS", "TRUE_WORDS", "activation_requested", "parse_bool",
-]  # fmt: skip
-
-#: Environment variable -> settings field it fills (variables that only switch torchdevice
-#: on at import are read by :func:`activation_requested`).
-ENV_VARS: Mapping[str, str] = {
-    "TORCHDEVICE_LOG_LEVEL": "log_level",
-    "TORCHDEVICE_KEEP_CPU": "keep_cpu",
-    "TORCHDEVICE_HOST": "host",
-    "TORCHDEVICE_REPORT": "report_path",
-    "TORCHDEVICE_FALLBACK": "fallback",
-    "TORCHDEVICE_CUDA_AVAILABLE": "cuda_available",
-}
+__all__ = ["BOOL_EXPECTED", "FALSE_WORDS", "TRUE_WORDS", "activation_requested", "parse_bool"]
 
 
 #: The one spelling of a boolean in every variable torchdevice reads (any case, spaces

@@ -14,9 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 __all__ = [
+    "HOST_CHOICES",
+    "HOST_KINDS",
     "SIMULATED_MPS",
     "Host",
     "HostChoice",
@@ -26,11 +28,20 @@ __all__ = [
     "probe_host",
 ]
 
-HostKind = Literal["cuda", "mps", "cpu"]
+HostKind = Literal["cpu", "mps", "cuda"]
 #: What a user can force (``--host``, ``TORCHDEVICE_HOST``): a host kind, or the simulated
 #: MPS host, which any machine with a C++ compiler can be (:mod:`torchdevice.testing`).
-HostChoice = Literal["cuda", "mps", "cpu", "simulated-mps"]
+HostChoice = Literal[HostKind, "simulated-mps"]
 SIMULATED_MPS: Final = "simulated-mps"
+#: The host kinds and the forcible choices, as values (the one spelling is the types').
+HOST_KINDS: Final[tuple[HostKind, ...]] = get_args(HostKind)
+HOST_CHOICES: Final[tuple[HostChoice, ...]] = get_args(HostChoice)
+
+
+def one_of(values: tuple[str, ...]) -> str:
+    """``'a', 'b' or 'c'``: the accepted values, as an error message lists them."""
+    quoted = [repr(value) for value in values]
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,8 @@ class Host:
     device_type: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("cuda", "mps", "cpu"):
-            raise ValueError(f"unknown host kind {self.kind!r}: expected 'cuda', 'mps' or 'cpu'")
+        if self.kind not in HOST_KINDS:
+            raise ValueError(f"unknown host kind {self.kind!r}: expected {one_of(HOST_KINDS)}")
         if self.kind == "cuda" and self.cuda_device_count < 1:
             raise ValueError("a CUDA host has at least one CUDA device")
         if self.kind != "cuda" and self.cuda_device_count != 0:

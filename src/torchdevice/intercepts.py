@@ -31,7 +31,14 @@ import torch
 from torchdevice import callsite
 from torchdevice.compiling import _compiler, is_tracing
 from torchdevice.host import Host
-from torchdevice.policy import Decision, Standing, draws_on_generator, pins, stands_for
+from torchdevice.policy import (
+    GOVERNED_TYPES,
+    Decision,
+    Standing,
+    draws_on_generator,
+    pins,
+    stands_for,
+)
 from torchdevice.report import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
@@ -511,7 +518,7 @@ def device_ctor(
         request = type_ if index < 0 else f"{type_}:{index}"
     else:
         request = params[0]
-        if isinstance(request, torch.device) and request.type not in ("cpu", "cuda", "mps"):
+        if isinstance(request, torch.device) and request.type not in GOVERNED_TYPES:
             return request
     # torch building its own device object (GradScaler.unscale_, autocast...): apply the
     # policy, but it is no line of the user's to port, so it is not reported. Placed once:

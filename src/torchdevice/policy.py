@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from torchdevice.errors import DeviceRequestError, DeviceRequestTypeError
-from torchdevice.host import Host
+from torchdevice.host import HOST_KINDS, Host
 
 __all__ = [
     "Action",
@@ -53,7 +53,7 @@ _TORCH_DEVICE_ORDER = (
 )  # fmt: skip
 TORCH_DEVICE_TYPES = frozenset(_TORCH_DEVICE_ORDER)
 #: Device types the redirection table governs; every other type passes through.
-GOVERNED_TYPES = frozenset({"cpu", "cuda", "mps"})
+GOVERNED_TYPES = frozenset(HOST_KINDS)
 
 _DEVICE_STRING = re.compile(r"(?P<type>[a-zA-Z_][a-zA-Z0-9_]*)(?::(?P<index>0|-1|[1-9][0-9]*))?")
 

@@ -1,32 +1,60 @@
-"""Settings: filled from arguments, then the environment, then defaults; pydantic validates.
+"""Settings: each declared once here; filled from arguments, then the environment, then
+defaults; pydantic validates.
+
+Every setting is one field of :class:`Settings`: its type, its default, its description
+(the attribute docstring the API page shows), the environment variable that fills it and
+the ``torchdevice run`` flag that sets it (:func:`setting`). What else names the settings
+is derived from that field list: :data:`ENV_VARS`, the pydantic model that validates a
+given value (:func:`_model`), the command line's flags (:mod:`torchdevice.tools.cli`) and
+``help(enable)``. :class:`Options`, the keyword arguments' static type, is the one other
+spelling (a type checker cannot derive it); ``tests/test_settings.py`` checks it, and the
+table in ``docs/getting-started.md``, against the fields.
 
 Precedence is argument > environment > default. Every value given is validated where it
-enters (a pydantic model, :mod:`torchdevice.settings_model`), and an invalid one raises
-:class:`~torchdevice.errors.SettingsError` naming its source (``invalid
-TORCHDEVICE_LOG_LEVEL='LOUD' from the environment``), as pytest-timeout does.
-
-:class:`Settings` itself is a frozen dataclass: an activation with every setting at its
-default validates nothing, so it never imports pydantic, whose import and model build
-would add about 6 MiB to every redirected process (issue 12: peak memory).
+enters, and an invalid one raises :class:`~torchdevice.errors.SettingsError` naming its
+source (``invalid TORCHDEVICE_LOG_LEVEL='LOUD' from the environment``), as pytest-timeout
+does. An activation with every setting at its default validates nothing, so it never
+imports pydantic, whose import and model build would add about 6 MiB to every redirected
+process (issue 12: peak memory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, get_args, get_type_hints
 
-from torchdevice.environment import ENV_VARS, activation_requested
+from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS, TRUE_WORDS, activation_requested
 from torchdevice.errors import SettingsError
-from torchdevice.host import Host, HostChoice
+from torchdevice.host import HOST_CHOICES, Host, HostChoice, forced_host, one_of
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
-    "ENV_VARS", "LogLevel", "Options", "Settings", "activation_requested", "load_settings",
-]  # fmt: skip
+    "ENV_VARS",
+    "FIELDS",
+    "LogLevel",
+    "Options",
+    "Settings",
+    "activation_requested",
+    "load_settings",
+    "setting",
+]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def setting(
+    *, env: str | None = None, flag: str | None = None, flag_help: str = ""
+) -> Mapping[str, str | None]:
+    """A :class:`Settings` field's metadata: the environment variable that fills it and the
+    ``torchdevice run`` flag (with its ``--help`` text) that sets it, if any."""
+    return {"env": env, "flag": flag, "flag_help": flag_help}
 
 
 class Options(TypedDict, total=False):
@@ -47,30 +75,53 @@ class Options(TypedDict, total=False):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Everything an activation can be configured with (validated by
-    :class:`~torchdevice.settings_model.SettingsModel`, which describes each field).
+    """Everything an activation can be configured with: one field per setting.
 
     ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``, ``"simulated-mps"``) or
     takes a :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
     """
 
-    log_level: LogLevel | None = None
+    log_level: LogLevel | None = field(
+        default=None,
+        metadata=setting(
+            env="TORCHDEVICE_LOG_LEVEL",
+            flag="--log-level",
+            flag_help="level of the 'torchdevice' logger (default: left to the application's "
+            "logging configuration)",
+        ),
+    )
     """Level of the 'torchdevice' logger (redirects log at INFO); unset, the application's logging
     configuration decides, as for any library.
     """
-    keep_cpu: bool = False
+    keep_cpu: bool = field(
+        default=False,
+        metadata=setting(
+            env="TORCHDEVICE_KEEP_CPU",
+            flag="--keep-cpu",
+            flag_help="explicit 'cpu' requests stay on the CPU",
+        ),
+    )
     """Explicit 'cpu' requests stay on the CPU."""
-    cpu_override: bool = False
+    cpu_override: bool = field(default=False, metadata=setting())
     """Start with the 'cpu:-1' override on."""
-    host: Host | HostChoice | None = None
+    host: Host | HostChoice | None = field(
+        default=None,
+        metadata=setting(
+            env="TORCHDEVICE_HOST",
+            flag="--host",
+            flag_help="force the host kind instead of probing: cpu, a device this machine has, "
+            "or simulated-mps (MPS's op set on the CPU: check that code will run on a Mac)",
+        ),
+    )
     """Use this host instead of the probed one; only a kind the machine has (the CPU always;
     'simulated-mps' wherever a C++ compiler is; tests inject other hosts as Host objects).
     """
-    report_path: Path | None = None
-    """Where the launcher writes the migration report (JSON if .json)."""
-    fallback: bool = True
+    report_path: Path | None = field(default=None, metadata=setting(env="TORCHDEVICE_REPORT"))
+    """Where the migration report is written when the process exits (JSON if .json),
+    whichever way torchdevice was switched on."""
+    fallback: bool = field(default=True, metadata=setting(env="TORCHDEVICE_FALLBACK"))
     """Rerun on the CPU the ops the accelerator cannot run."""
-    cuda_available: bool = True
+    cuda_available: bool = field(default=True, metadata=setting(env="TORCHDEVICE_CUDA_AVAILABLE"))
     """What the facades' availability queries answer while redirecting:
     torch.cuda.is_available()/device_count() off CUDA hosts, and
     torch.backends.mps.is_available()/is_built() and torch.mps.device_count() off MPS hosts.
@@ -81,6 +132,13 @@ class Settings:
 
 #: The option names, in declaration order.
 FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(Settings))
+#: Environment variable -> the setting it fills (variables that only switch torchdevice on
+#: at import are read by :func:`~torchdevice.environment.activation_requested`).
+ENV_VARS: Mapping[str, str] = {
+    field.metadata["env"]: field.name
+    for field in dataclasses.fields(Settings)
+    if field.metadata["env"] is not None
+}
 
 
 def load_settings(
@@ -101,16 +159,69 @@ def load_settings(
             raise TypeError(f"unknown torchdevice option {name!r}; known options: {known}")
         values[name] = value
         sources[name] = f"{name}={value!r} passed as an argument"
-    if not values:  # every default: nothing to validate
+    if not values:  # every default: nothing to validate, no pydantic
         return Settings()
-    from torchdevice.settings_model import validate  # noqa: PLC0415 - pydantic on demand
-
     try:
-        return Settings(**validate(values))
+        model = _model()(**values)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         name, message = _first_error(exc)
         where = sources.get(name, f"{name}")
         raise SettingsError(f"invalid {where}: {message}") from None
+    return Settings(**{name: getattr(model, name) for name in FIELDS})
+
+
+@functools.cache
+def _model() -> type[BaseModel]:
+    """The pydantic model validating :class:`Settings`' fields, built from them on the
+    first value given (pydantic is imported here, on demand)."""
+    from pydantic import ConfigDict, Field, create_model, field_validator  # noqa: PLC0415
+
+    hints = get_type_hints(Settings)
+    booleans = [name for name in FIELDS if hints[name] is bool]
+    validators: dict[str, Callable[..., Any]] = {
+        "_a_known_kind": field_validator("host", mode="before")(_a_known_kind),
+        "_machine_has_it": field_validator("host")(_machine_has_it),
+        "_one_boolean_rule": field_validator(*booleans, mode="before")(_one_boolean_rule),
+        "_upper": field_validator("log_level", mode="before")(_upper),
+    }
+    fields: dict[str, Any] = {
+        spec.name: (hints[spec.name], Field(spec.default)) for spec in dataclasses.fields(Settings)
+    }
+    return create_model(
+        "SettingsModel",
+        __config__=ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True),
+        __validators__=validators,
+        **fields,
+    )
+
+
+def _a_known_kind(cls: type, value: object) -> object:
+    """A host named by a string must be a host kind (the message lists them)."""
+    if isinstance(value, str) and value not in HOST_CHOICES:
+        raise ValueError(f"expected {one_of(HOST_CHOICES)}")
+    return value
+
+
+def _machine_has_it(cls: type, value: object) -> object:
+    """A forced host kind the machine cannot be is refused where it is given."""
+    if isinstance(value, str) and value in HOST_CHOICES:
+        forced_host(value)  # raises ValueError naming what the machine has
+    return value
+
+
+def _one_boolean_rule(cls: type, value: object) -> object:
+    """A boolean given as text follows :func:`~torchdevice.environment.parse_bool`'s rule
+    (pydantic's own also takes ``t``/``y``...: one rule for every variable)."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word not in TRUE_WORDS and word not in FALSE_WORDS:
+            raise ValueError(BOOL_EXPECTED)
+        return word in TRUE_WORDS
+    return value
+
+
+def _upper(cls: type, value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
 
 
 def _first_error(exc: ValueError) -> tuple[str, str]:
@@ -121,3 +232,11 @@ def _first_error(exc: ValueError) -> tuple[str, str]:
     error = errors()[0]
     name = str(error["loc"][0]) if error["loc"] else "?"
     return name, str(error["msg"]).removeprefix("Value error, ")
+
+
+def choices(name: str) -> tuple[str, ...] | None:
+    """The values a setting's flag accepts, from its type (``None``: any value)."""
+    hint = get_type_hints(Settings)[name]
+    literal = [arg for arg in get_args(hint) if get_args(arg)] or [hint]
+    values = tuple(value for arg in literal for value in get_args(arg) if isinstance(value, str))
+    return values or None

@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 import torch
 
+from torchdevice.host import HOST_KINDS
 from torchdevice.runtime import Runtime, active
 
 __all__ = [
@@ -349,7 +350,7 @@ def current() -> RealDevice:
     """The device redirected accelerator requests land on in the current activation."""
     host = runtime().host
     device_type = getattr(host, "device_type", None)
-    if isinstance(device_type, str) and device_type not in ("cpu", "mps", "cuda"):
+    if isinstance(device_type, str) and device_type not in HOST_KINDS:
         found = _DEVICES.get(device_type)
         if found is None:
             found = _DEVICES.setdefault(device_type, ModuleDevice(device_type))

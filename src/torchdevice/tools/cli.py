@@ -18,6 +18,7 @@ subcommand has its own ``--help``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -27,15 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from torchdevice import __version__
-from torchdevice.environment import ENV_VARS, activation_requested
+from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.host import Host, forced_host, probe_host
 from torchdevice.policy import decide
+from torchdevice.settings import ENV_VARS, FIELDS, Settings, choices, load_settings
 from torchdevice.tools.options import split_leading
 
 __all__ = ["main"]
 
 _REQUESTS: tuple[object, ...] = (None, "cpu", "cpu:-1", "mps", "cuda", "cuda:1", 0)
+#: The settings ``torchdevice run`` has a flag for (declared with the setting).
+_FLAGGED = tuple(f for f in dataclasses.fields(Settings) if f.metadata["flag"])
+#: Those of them that take a value (the others are switches).
+_VALUED_FLAGS = frozenset(f.metadata["flag"] for f in _FLAGGED if choices(f.name))
 
 
 def _run_parser(prog: str) -> argparse.ArgumentParser:
@@ -48,15 +54,12 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
                         help="write the migration report to PATH (JSON if it ends in .json) "
                         "instead of printing it to stderr")  # fmt: skip
     parser.add_argument("--no-report", action="store_true", help="print no report at exit")
-    parser.add_argument("--keep-cpu", action="store_true",
-                        help="explicit 'cpu' requests stay on the CPU")  # fmt: skip
-    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="level of the 'torchdevice' logger (default: left to the "
-                        "application's logging configuration)")  # fmt: skip
-    parser.add_argument("--host", choices=["cpu", "mps", "cuda", "simulated-mps"],
-                        help="force the host kind instead of probing: cpu, a device this "
-                        "machine has, or simulated-mps (MPS's op set on the CPU: check "
-                        "that code will run on a Mac)")  # fmt: skip
+    for field in _FLAGGED:  # the settings' own flags, from their declaration
+        values = choices(field.name)
+        kind: dict[str, Any] = {"choices": values} if values else {"action": "store_true"}
+        parser.add_argument(
+            field.metadata["flag"], dest=field.name, help=field.metadata["flag_help"], **kind
+        )
     parser.add_argument("-m", dest="module", metavar="MODULE",
                         help="run a library module as a script, like python -m")  # fmt: skip
     parser.add_argument("script", nargs="?", help="the script to run")
@@ -65,23 +68,16 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _run(argv: Sequence[str], prog: str) -> int:
-    from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
     from torchdevice.tools import launcher  # noqa: PLC0415 - keeps `torchdevice info` light
 
     parser = _run_parser(prog)
     ns, rest = _split(parser, list(argv))
-    options: dict[str, Any] = {}
-    if ns.keep_cpu:
-        options["keep_cpu"] = True
-    if ns.log_level:
-        options["log_level"] = ns.log_level
-    if ns.host:
-        options["host"] = ns.host
+    options: dict[str, Any] = {f.name: getattr(ns, f.name) for f in _FLAGGED if getattr(ns, f.name)}
     try:  # a bad option or variable is a usage error: one line, status 2, no traceback
-        settings = load_settings(options)
+        loaded = load_settings(options)
     except SettingsError as exc:
         parser.exit(2, f"{prog}: error: {exc}\n")
-    report_path = ns.report if ns.report is not None else settings.report_path
+    report_path = ns.report if ns.report is not None else loaded.report_path
     if report_path is not None and not ns.no_report:
         problem = _unwritable(report_path)
         if problem:  # found now, not after a long run that then loses its report
@@ -122,7 +118,7 @@ def _split(
     """Parse our options up to the script (or ``-m MODULE``); the rest belongs to it."""
     ours, rest = split_leading(
         argv,
-        takes_value={"--report", "--log-level", "--host", "-m"},
+        takes_value={"--report", "-m", *_VALUED_FLAGS},
         is_flag=lambda arg: arg.startswith("-") and arg != "-",
         last={"-m"},
     )
@@ -220,8 +216,6 @@ def _port(argv: Sequence[str], prog: str) -> int:
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
     pairs = _path_mappings(ns.paths, parser)  # checked before the script runs
     if rest:  # the run's child would refuse a bad TORCHDEVICE_* value: say it here, once
-        from torchdevice.settings import load_settings  # noqa: PLC0415 - pydantic on demand
-
         try:
             load_settings()
         except SettingsError as exc:
@@ -374,16 +368,14 @@ def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[st
     The environment variables are validated as ``enable()`` validates them (raises
     :class:`~torchdevice.errors.SettingsError` naming the bad one).
     """
-    from torchdevice.settings import FIELDS, load_settings  # noqa: PLC0415 - pydantic on demand
-
     environ = os.environ if environ is None else environ
-    settings = load_settings({}, environ)
+    loaded = load_settings({}, environ)
     variables = {field: variable for variable, field in ENV_VARS.items()}
     rows = []
     for name in FIELDS:
         variable = variables.get(name)
         raw = environ.get(variable, "") if variable else ""
-        value = getattr(settings, name)
+        value = getattr(loaded, name)
         rows.append(
             {
                 "name": name,

@@ -63,6 +63,7 @@ import pytest
 from torchdevice import report_file, report_parts
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError, UnsupportedFeatureError
+from torchdevice.host import HOST_CHOICES
 from torchdevice.report import MigrationReport, merge
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--torchdevice-host",
-        choices=["cpu", "mps", "cuda", "simulated-mps"],
+        choices=HOST_CHOICES,
         default=None,
         dest="torchdevice_host",
         help="redirect the whole run (implies --torchdevice) as on this host, in every "
