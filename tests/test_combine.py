@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchdevice.callsite import CallSite
-from torchdevice.report import Entry, MigrationReport, relocate
+from torchdevice.reporting import Entry, MigrationReport, relocate
 from torchdevice.tools import cli
 from torchdevice.tools.port import MARK
 

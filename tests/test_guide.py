@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 import torchdevice
-from torchdevice import guide
 from torchdevice.callsite import CallSite
-from torchdevice.report import SCHEMA_VERSION, Entry, MigrationReport
-from torchdevice.report_schema import json_schema
+from torchdevice.reporting import SCHEMA_VERSION, Entry, MigrationReport, guide
+from torchdevice.reporting.schema import json_schema
 from torchdevice.rewrites import DEVICE_API, HELPERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +123,7 @@ def test_an_invalid_report_is_not_written():
 def test_the_published_schema_is_the_models():
     published = (ROOT / "docs" / "report-schema.json").read_text(encoding="utf-8")
     assert published == json_schema(), (
-        "docs/report-schema.json is stale: python -m torchdevice.report_schema > "
+        "docs/report-schema.json is stale: python -m torchdevice.reporting.schema > "
         "docs/report-schema.json"
     )
 

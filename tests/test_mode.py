@@ -17,7 +17,7 @@ import torchdevice
 from torchdevice import intercepts
 from torchdevice.host import Host
 from torchdevice.intercepts import build_table
-from torchdevice.report import api_name
+from torchdevice.reporting.recorder import api_name
 
 CPU = torch.device("cpu")
 NATIVE_ACCELERATOR = torch.cuda.is_available() or torch.backends.mps.is_available()

@@ -20,9 +20,8 @@ from typing import cast
 import pytest
 import torch
 
-from torchdevice import guide
 from torchdevice.callsite import CallSite
-from torchdevice.report import Entry, EventKind, MigrationReport
+from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
 from torchdevice.rewrites import DEVICE_API, HELPERS
 from torchdevice.tools import cli
 from torchdevice.tools.port import (

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from childenv import clean_env
-from torchdevice.report import MigrationReport
+from torchdevice.reporting import MigrationReport
 from torchdevice.tools.port import MARK, port_report
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

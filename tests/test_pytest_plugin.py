@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from torchdevice.environment import BOOL_EXPECTED
-from torchdevice.report import MigrationReport, merge
+from torchdevice.reporting import MigrationReport, merge
 
 pytest_plugins = ("pytester",)
 

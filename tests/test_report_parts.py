@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import report_parts
 from torchdevice.host import probe_host
 from torchdevice.policy import decide
+from torchdevice.reporting import parts as report_parts
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ from torchdevice.errors import (
     UnsupportedFeatureError,
 )
 from torchdevice.host import Host
-from torchdevice.report import MigrationReport
+from torchdevice.reporting import MigrationReport as MigrationReport  # the type report() returns
 
 if TYPE_CHECKING:
     from torchdevice.activation import (
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         enable,
         is_enabled,
         redirect,
+        report,
         reset_report,
         set_cpu_override,
     )
@@ -47,19 +48,8 @@ if TYPE_CHECKING:
 #: load on first use (PEP 562), so importing the package — as pytest does for the plugin
 #: of every run — costs nothing until torchdevice is actually asked for.
 _ACTIVATION_API = frozenset(
-    {"disable", "enable", "is_enabled", "redirect", "reset_report", "set_cpu_override"}
+    {"disable", "enable", "is_enabled", "redirect", "report", "reset_report", "set_cpu_override"}
 )
-
-
-def report() -> MigrationReport:
-    """The migration report of this process so far: see :func:`torchdevice.activation.report`.
-
-    Defined here rather than loaded lazily: the submodule ``torchdevice.report`` (imported
-    above, so it cannot rebind the name later) would otherwise shadow it.
-    """
-    from torchdevice.activation import report as _report  # noqa: PLC0415 - deferred
-
-    return _report()
 
 
 def __getattr__(name: str) -> Any:

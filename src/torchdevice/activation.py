@@ -21,13 +21,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, net, patches, report_file, report_parts, threads
+from torchdevice import ledger, mode, net, patches, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
 from torchdevice.intercepts import build_table
 from torchdevice.logs import attribute_warnings, configure_logging, logger
-from torchdevice.report import MigrationReport, Recorder
+from torchdevice.reporting import MigrationReport
+from torchdevice.reporting import file as report_file
+from torchdevice.reporting import parts as report_parts
+from torchdevice.reporting.recorder import Recorder
 from torchdevice.runtime import Runtime
 from torchdevice.settings import ENV_VARS, Settings, load_settings
 
@@ -267,7 +270,7 @@ def enable(**options: Unpack[Options]) -> None:
     torchdevice enables them when they import torch (docs: "Child processes").
 
     With ``report_path`` (or ``TORCHDEVICE_REPORT``), the migration report of the whole run
-    is written there when the process exits (:mod:`torchdevice.report_file`).
+    is written there when the process exits (:mod:`torchdevice.reporting.file`).
     """
     with _lock:
         if runtime_module.active() is not None and options == _options:
@@ -437,7 +440,7 @@ def _own_report() -> MigrationReport:
 def report() -> MigrationReport:
     """The migration report so far: this process's, all activations.
 
-    In the process that started a run (see :mod:`torchdevice.report_parts`), the report
+    In the process that started a run (see :mod:`torchdevice.reporting.parts`), the report
     of every process of the run that has exited so far is merged in: counts of a call
     site add up, and ``processes``/``ranks`` count them.
     """

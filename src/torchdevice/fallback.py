@@ -37,7 +37,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from torchdevice import ledger
-from torchdevice.report import api_name
+from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime, active
 
 __all__ = [

@@ -39,7 +39,7 @@ from torchdevice.policy import (
     pins,
     stands_for,
 )
-from torchdevice.report import api_name
+from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
     device_object,

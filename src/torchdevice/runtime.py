@@ -38,7 +38,8 @@ from torchdevice.policy import (
     has_float64,
     stands_for,
 )
-from torchdevice.report import EventKind, MigrationReport, Recorder
+from torchdevice.reporting import EventKind, MigrationReport
+from torchdevice.reporting.recorder import Recorder
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from types import FrameType

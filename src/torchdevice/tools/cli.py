@@ -200,7 +200,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
     import json  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
-    from torchdevice.report import MigrationReport, relocate  # noqa: PLC0415
+    from torchdevice.reporting import MigrationReport, relocate  # noqa: PLC0415
     from torchdevice.tools.port import port_report  # noqa: PLC0415 - only this subcommand
 
     parser = _port_parser(prog)
@@ -259,7 +259,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
 
 def _path_mappings(given: Sequence[str], parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
     """``--paths OLD=NEW`` options as pairs; a usage error for one that is not."""
-    from torchdevice.report import path_mapping  # noqa: PLC0415
+    from torchdevice.reporting import path_mapping  # noqa: PLC0415
 
     try:
         return [path_mapping(pair) for pair in given]
@@ -271,7 +271,7 @@ def _read_reports(paths: Sequence[Path], parser: argparse.ArgumentParser, prog: 
     """The JSON reports at ``paths``, merged; a one-line usage error for one it cannot read."""
     import json  # noqa: PLC0415
 
-    from torchdevice.report import merge  # noqa: PLC0415
+    from torchdevice.reporting import merge  # noqa: PLC0415
 
     reports = []
     for path in paths:
@@ -284,7 +284,7 @@ def _read_reports(paths: Sequence[Path], parser: argparse.ArgumentParser, prog: 
 
 
 def _combine(argv: Sequence[str], prog: str) -> int:
-    from torchdevice.report import relocate  # noqa: PLC0415
+    from torchdevice.reporting import relocate  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog=prog, description=_COMMANDS["combine"].capitalize()
                                      + ": counts add up per call site, as `coverage combine` "
@@ -315,7 +315,7 @@ def _combine(argv: Sequence[str], prog: str) -> int:
 
 def _read_report(raw: Any, path: Path, parser: argparse.ArgumentParser, prog: str) -> Any:
     """The report in ``raw``, or a one-line usage error naming ``path`` and what is wrong."""
-    from torchdevice.report import MigrationReport  # noqa: PLC0415
+    from torchdevice.reporting import MigrationReport  # noqa: PLC0415
 
     try:
         if not isinstance(raw, dict):

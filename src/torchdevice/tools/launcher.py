@@ -4,7 +4,7 @@ The script runs as ``__main__`` with the ``sys.argv``, ``__file__`` and ``sys.pa
 would have had if started directly; its exit code and exceptions come through unchanged.
 The migration report is printed to stderr (or written to a file) when it ends, whichever
 way it ends; it includes the reports of the child processes of the run that have ended
-(:mod:`torchdevice.report_parts`). A launcher started by another redirected process
+(:mod:`torchdevice.reporting.parts`). A launcher started by another redirected process
 leaves the reporting to that process.
 """
 
@@ -25,7 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation, logs, report_file, report_parts
+from torchdevice import activation, logs
+from torchdevice.reporting import file as report_file
+from torchdevice.reporting import parts as report_parts
 
 __all__ = ["LaunchError", "run_module", "run_script"]
 
@@ -68,7 +70,7 @@ def _prepare_report(report_path: Path | None) -> None:
     report, imports it: done at exit, it turned status 130 into 1.
     """
     if report_path is not None and report_path.suffix == ".json":
-        import torchdevice.report_schema  # noqa: F401, PLC0415 - see the docstring
+        import torchdevice.reporting.schema  # noqa: F401, PLC0415 - see the docstring
 
 
 #: torchdevice's own files (the whole package, not only this module's folder) and runpy's

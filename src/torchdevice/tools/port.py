@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import cast
 
 from torchdevice.callsite import CallSite
-from torchdevice.guide import origin
-from torchdevice.report import Entry, EventKind, MigrationReport
+from torchdevice.reporting import Entry, EventKind, MigrationReport
+from torchdevice.reporting.guide import origin
 from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, HELPERS, helper_closure, rewrite_for
 
 __all__ = [
@@ -781,7 +781,7 @@ def unified_diff(label: str, old: str, new: str) -> str:
 def library_of(path: str) -> str | None:
     """The library ``path`` belongs to (``None``: it is the user's own file).
 
-    The report's own reading (:func:`torchdevice.guide.origin`: the standard library and
+    The report's own reading (:func:`torchdevice.reporting.guide.origin`: the standard library and
     installed packages, torch included), plus torchdevice itself wherever it lives, and
     code that is no file at all (``<string>``, ``<stdin>``).
     """
@@ -799,7 +799,7 @@ def library_of(path: str) -> str | None:
 def port_report(report: MigrationReport, root: Path, *, static: bool = False) -> PortResult:
     """Port every user file of ``report`` below ``root``; the patch's paths are relative to it.
 
-    A relative file name (a portable report, :func:`torchdevice.report.relocate`) is read
+    A relative file name (a portable report, :func:`torchdevice.reporting.relocate`) is read
     relative to ``root``.
     """
     root = root.resolve()

@@ -13,9 +13,9 @@ Registered through the ``pytest11`` entry point, so an installed torchdevice add
 ``--torchdevice-report PATH``
     write the migration report at the end of the session (JSON if ``PATH`` ends in
     ``.json``, text otherwise). Under pytest-xdist every worker sends its report to the
-    controller, which merges them (:func:`torchdevice.report.merge`: counts of identical
+    controller, which merges them (:func:`torchdevice.reporting.merge`: counts of identical
     call sites add up) into one file, with the parts of other child processes
-    (:mod:`torchdevice.report_parts`).
+    (:mod:`torchdevice.reporting.parts`).
 fixture ``torchdevice``
     redirects the one test that asks for it and restores torch after it; yields the active
     :class:`~torchdevice.runtime.Runtime`.
@@ -60,11 +60,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from torchdevice import report_file, report_parts
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError, UnsupportedFeatureError
 from torchdevice.host import HOST_CHOICES
-from torchdevice.report import MigrationReport, merge
+from torchdevice.reporting import MigrationReport, merge
+from torchdevice.reporting import file as report_file
+from torchdevice.reporting import parts as report_parts
 
 if TYPE_CHECKING:
     from torchdevice.runtime import Runtime

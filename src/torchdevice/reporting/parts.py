@@ -48,7 +48,7 @@ from typing import Literal
 
 from torchdevice import ledger
 from torchdevice.logs import report_logger as logger
-from torchdevice.report import MigrationReport, merge
+from torchdevice.reporting.report import MigrationReport, merge
 
 __all__ = ["ENV", "GROUP", "combined", "detach", "reset", "role", "start"]
 

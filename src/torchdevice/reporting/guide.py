@@ -19,15 +19,35 @@ import linecache
 import os
 import sys
 import sysconfig
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable, Sequence
+from typing import Final, Protocol
 
+from torchdevice.callsite import CallSite
 from torchdevice.rewrites import DEVICE_EXPRESSION, rewrite_for
 
-if TYPE_CHECKING:
-    from torchdevice.report import Entry, MigrationReport
-
 __all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
+
+
+class Entry(Protocol):
+    """What the guide reads of a report row (:class:`torchdevice.reporting.entries.Entry`):
+    a protocol, so that the rows, which give their advice from here, sit above the guide
+    and the package's imports run one way."""
+
+    @property
+    def site(self) -> CallSite: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+    @property
+    def requested(self) -> str: ...
+    @property
+    def decided(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+
 
 #: The one line that chooses the device, which every device argument then names.
 CHOOSE_DEVICE: Final = f"device = {DEVICE_EXPRESSION}"
@@ -148,13 +168,14 @@ def _source(entry: Entry) -> str:
     return linecache.getline(entry.site.filename, entry.site.lineno).strip()
 
 
-def render_text(report: MigrationReport, header: str, limit: int = TEXT_LIMIT) -> str:
-    """``report`` as a porting guide under ``header`` (see the module docstring)."""
-    if not report.entries:
+def render_text(entries: Sequence[Entry], header: str, limit: int = TEXT_LIMIT) -> str:
+    """A report's ``entries`` as a porting guide under ``header`` (see the module
+    docstring)."""
+    if not entries:
         return header
-    own = [e for e in report.entries if origin(e.site.filename) is None]
+    own = [e for e in entries if origin(e.site.filename) is None]
     libraries: dict[str, list[Entry]] = {}
-    for entry in report.entries:
+    for entry in entries:
         package = origin(entry.site.filename)
         if package is not None:
             libraries.setdefault(package, []).append(entry)
@@ -165,10 +186,10 @@ def render_text(report: MigrationReport, header: str, limit: int = TEXT_LIMIT) -
     if libraries:
         lines.append("Library call sites (not your lines; listed so you know where a "
                      "library hard-codes a device):")  # fmt: skip
-        for package, entries in sorted(libraries.items()):
-            calls = sum(e.count for e in entries)
-            lines.append(f"  {package}: {len(entries)} call site(s), {calls} call(s)")
-            lines.extend("  " + _row(e) for e in sorted(entries, key=lambda e: -e.count)[:3])
+        for package, found in sorted(libraries.items()):
+            calls = sum(e.count for e in found)
+            lines.append(f"  {package}: {len(found)} call site(s), {calls} call(s)")
+            lines.extend("  " + _row(e) for e in sorted(found, key=lambda e: -e.count)[:3])
     hidden = len(own) - len(shown) + sum(max(len(v) - 3, 0) for v in libraries.values())
     if hidden:
         lines.append(f"... and {hidden} more call site(s): the JSON report lists every one "

@@ -6,7 +6,7 @@ themselves and :func:`claim` it; every other way of switching torchdevice on
 (``enable()``, ``with redirect()``, ``ACTIVATE_TORCH_DEVICE=1``) gets it from the exit
 handler here, once per process, after the interpreter has joined its threads. Only the
 process that started the run writes: a child of a redirected run sends its part to that
-process (:mod:`torchdevice.report_parts`) instead. A file that cannot be written at exit is
+process (:mod:`torchdevice.reporting.parts`) instead. A file that cannot be written at exit is
 not lost: the report goes to stderr after one line that says why.
 """
 
@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from torchdevice import report_parts
-from torchdevice.report import MigrationReport
+from torchdevice.reporting import parts as report_parts
+from torchdevice.reporting.report import MigrationReport
 
 __all__ = ["claim", "request", "write"]
 

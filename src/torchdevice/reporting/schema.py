@@ -4,10 +4,10 @@ What ``MigrationReport.to_json`` writes is validated against :class:`Report` fir
 report on disk always matches the schema its ``schema_version`` names; tools that read
 reports (``torchdevice port``, a CI job) can rely on it. The JSON Schema itself is
 published in the docs (``docs/report-schema.json``; ``python -m
-torchdevice.report_schema`` prints it, and a test keeps the file in step).
+torchdevice.reporting.schema`` prints it, and a test keeps the file in step).
 
-Kept apart from :mod:`torchdevice.report` so that ``import torchdevice`` does not import
-pydantic: only writing or reading JSON does.
+Kept apart from :mod:`torchdevice.reporting.report` so that ``import torchdevice`` does
+not import pydantic: only writing or reading JSON does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from torchdevice.report import SCHEMA_VERSION
+from torchdevice.reporting.entries import SCHEMA_VERSION, EventKind
 
 __all__ = ["Entry", "Report", "json_schema"]
 
@@ -30,7 +30,7 @@ class Entry(BaseModel):
     file: str = Field(description="The file of the call, as Python names it.")
     line: int = Field(ge=0, description="The line of the call (0: called from C).")
     function: str = Field(description="The function the call was made in.")
-    kind: Literal["redirect", "fallback", "override", "dtype", "device-api"] = Field(
+    kind: EventKind = Field(
         description="redirect: a device argument moved; fallback: an op rerun on the CPU; "
         "override: the cpu:-1 override; dtype: float64 narrowed on MPS; device-api: a "
         "torch.cuda/torch.mps call the facade answered."
