@@ -93,6 +93,10 @@ def test_our_options_come_first_the_rest_is_pytests() -> None:
     )
     assert _split(["--quiet", "--", "--output"]) == (["--quiet"], ["--output"])
     assert _split(["tests", "--quiet"]) == ([], ["tests", "--quiet"])
+    assert _split(["--host", "simulated-mps", "--host=cpu", "-x"]) == (
+        ["--host", "simulated-mps", "--host=cpu"],
+        ["-x"],
+    )
 
 
 def test_first_line_skips_blank_lines() -> None:

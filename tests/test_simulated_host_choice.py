@@ -110,6 +110,37 @@ def test_the_pytest_option_reaches_xdist_workers(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(["torchdevice: redirecting to simgpu:0 (mps host, *"])
 
 
+def test_compare_runs_only_the_redirected_run_on_the_simulated_host(tmp_path: Path) -> None:
+    """``torchdevice compare --host simulated-mps``: the native run stays native (no CUDA
+    here, so the test fails there) and only the redirected run lands on the simulated
+    device; a ``TORCHDEVICE_HOST`` in compare's environment does not reach the native run."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_where.py").write_text(
+        "import torch\n\n"
+        "def test_cuda_lands_on_the_simulated_device():\n"
+        "    assert str(torch.ones(1, device='cuda').device) == 'simgpu:0'\n"
+    )
+    env = {**os.environ, "TORCHDEVICE_HOST": "simulated-mps"}
+    env.pop("ACTIVATE_TORCH_DEVICE", None)
+    for options, output in ((["--host", "simulated-mps"], "by-option"), ([], "by-env")):
+        done = subprocess.run(
+            [sys.executable, "-m", "torchdevice", "compare", "--quiet", "--output",
+             str(tmp_path / output), *options, "-p", "no:cacheprovider", str(suite)],
+            env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        data = json.loads((tmp_path / output / "compare.json").read_text())
+        (test,) = data["tests"]
+        assert test["native"]["outcome"] == "failed", test
+        assert test["redirected"]["outcome"] == "passed", test
+        assert test["category"] == "fixed"
+        assert data["host"].startswith("mps host"), data["host"]
+        redirected = data["runs"]["redirected"]["command"]
+        assert "--torchdevice-host=simulated-mps" in redirected
+        assert not any("torchdevice-host" in arg for arg in data["runs"]["native"]["command"])
+
+
 def test_a_pytest_host_the_machine_cannot_be_is_a_usage_error(pytester: pytest.Pytester) -> None:
     if torch.backends.mps.is_available():
         pytest.skip("this machine can be an MPS host")

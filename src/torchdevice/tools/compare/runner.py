@@ -27,6 +27,8 @@ __all__ = ["Interrupted", "check_arguments", "main", "read_results", "run_pytest
 
 #: Variables that would switch torchdevice on in the native run.
 _ACTIVATION_VARS = ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+#: The host the redirected run is forced to (``--host``, else this variable of our own).
+_HOST_VAR = "TORCHDEVICE_HOST"
 
 
 # -- running pytest --------------------------------------------------------------------
@@ -96,6 +98,7 @@ class _Progress:
 
 def _child_env(log: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _ACTIVATION_VARS}
+    env.pop(_HOST_VAR, None)  # the redirected run names its host on the command line
     if log is None:
         env[CHECK_VAR] = "1"
     else:
@@ -144,10 +147,15 @@ def run_pytest(
     output: Path,
     *,
     redirected: bool,
+    host: str | None = None,
     progress: TextIO | None = sys.stderr,
     poll_s: float = 0.2,
 ) -> RunResult:
-    """Run pytest in a child process, showing progress; its results as a :class:`RunResult`."""
+    """Run pytest in a child process, showing progress; its results as a :class:`RunResult`.
+
+    ``host`` (``--host``) goes to the redirected run only, as ``--torchdevice-host``: in
+    the arguments both runs share it would redirect the native run too.
+    """
     log = output / f"{label}.jsonl"
     log.write_text("", encoding="utf-8")
     command = [
@@ -162,6 +170,8 @@ def run_pytest(
         command += ["-p", "torchdevice.tools.pytest_plugin"]  # otherwise the entry point loads it
     if redirected:
         command += ["--torchdevice", f"--torchdevice-report={output / 'migration-report.json'}"]
+        if host is not None:
+            command.append(f"--torchdevice-host={host}")
     else:  # a project whose configuration sets the `torchdevice` ini key runs natively too
         command += ["-o", "torchdevice=false"]
     command += list(pytest_args)
@@ -250,6 +260,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar="DIR",
         help="where the reports go (default: %(default)s)",
     )
+    parser.add_argument(
+        "--host",
+        default=os.environ.get(_HOST_VAR) or None,
+        choices=["cpu", "mps", "cuda", "simulated-mps"],
+        help="run the redirected run as on this host (--torchdevice-host), e.g. "
+        "simulated-mps; default: $TORCHDEVICE_HOST, else the host this machine is",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     return parser
 
@@ -258,8 +275,10 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     """Our options come first; the first other argument (or ``--``) starts pytest's."""
     return split_leading(
         argv,
-        takes_value={"--output"},
-        is_flag=lambda arg: arg.startswith("--output=") or arg in ("--quiet", "-h", "--help"),
+        takes_value={"--output", "--host"},
+        is_flag=lambda arg: (
+            arg.startswith(("--output=", "--host=")) or arg in ("--quiet", "-h", "--help")
+        ),
     )
 
 
@@ -278,7 +297,7 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
     ns = parser.parse_args(ours)
     output: Path = ns.output
     try:  # the redirected run would stop on it, after the native one ran in full
-        load_settings()
+        load_settings({"host": ns.host} if ns.host else None)
     except SettingsError as exc:
         parser.exit(2, f"{prog}: error: {exc}\n")
     status, text = check_arguments(pytest_args)
@@ -294,7 +313,7 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
             log = (output / "native.log").read_text(encoding="utf-8", errors="replace")
             parser.exit(2, f"{prog}: error: pytest: {_usage_line(log)}\n")
         redirected = run_pytest(
-            "redirected", pytest_args, output, redirected=True, progress=progress
+            "redirected", pytest_args, output, redirected=True, host=ns.host, progress=progress
         )
     except Interrupted as stop:
         if stop.run.label == "native":
