@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -114,6 +115,57 @@ def off_the_stack() -> Iterator[None]:
     finally:
         for entry in reversed(popped):
             _push_mode(entry)  # type: ignore[no-untyped-call]
+
+
+#: How long a synchronous call waits for gloo's worker to let go of its tensors.
+_RELEASE_WAIT_S = 2.0
+
+
+def _given_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors a ``torch.distributed`` call was given, in lists (two deep) too."""
+    found: list[torch.Tensor] = []
+    for value in (*args, *kwargs.values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+            elif isinstance(item, (list, tuple)):
+                found.extend(inner for inner in item if isinstance(inner, torch.Tensor))
+    return found
+
+
+def _released(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``original`` so that, called synchronously, it returns only once the process
+    group's worker thread has let go of the tensors it was given.
+
+    A gloo work holds its tensors (``at::Tensor``) until the worker thread drops the work,
+    which it does just after marking it complete: right after a synchronous collective
+    returns, the worker still holds them about one time in three on a busy machine
+    (``Tensor._use_count()`` above its count before the call). If the caller's last
+    Python reference goes in that window (``total`` of ``dist.all_reduce(total)`` at the
+    end of a function, or a staged CPU copy), PyTorch keeps the tensor's Python object
+    alive for the C++ owner, and the worker must take the GIL to free it. When that
+    happens while the main thread finalizes the interpreter, taking the GIL ends the
+    worker thread inside the work's destructor and the rank aborts ("terminate called
+    without an active exception", issue 19: native stack in docs/limitations.md). The
+    wait yields the GIL (``time.sleep(0)``) and is bounded; it is usually not entered.
+    Natively the same window exists; calls with ``async_op=True`` return their work to
+    the caller, who decides when the tensors go.
+    """
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        tensors = _given_tensors(args, kwargs)
+        counts = [tensor._use_count() for tensor in tensors]  # type: ignore[attr-defined]
+        result = original(*args, **kwargs)
+        if result is None and tensors:
+            deadline = time.monotonic() + _RELEASE_WAIT_S
+            for tensor, count in zip(tensors, counts, strict=True):
+                while tensor._use_count() > count and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                    time.sleep(0)
+        return result
+
+    return wrapper
 
 
 def _off_the_stack(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -305,25 +357,24 @@ def _coalescing_manager(
 
 def _runner(name: str, device_type: str | None) -> nccl_forms.Run:
     """Run the collective ``name`` from bound arguments, as the host runs it."""
-    return functools.partial(
-        _run_staged, _ORIGINAL_COLLECTIVES[name], f"torch.distributed.{name}", device_type
-    )
+    return functools.partial(_run_staged, _RELEASED[name], f"torch.distributed.{name}", device_type)
 
 
 def _collective(name: str) -> Callable[..., Any]:
     """Wrap the collective ``name``: on a group created for NCCL its NCCL-only forms are
     rewritten into gloo's (:mod:`torchdevice.nccl_forms`), and device tensors gloo cannot
     take stage through CPU memory."""
-    original = _ORIGINAL_COLLECTIVES[name]
-    signature = inspect.signature(original)
+    native = _ORIGINAL_COLLECTIVES[name]
+    original = _RELEASED[name]
+    signature = inspect.signature(native)
     adapter = nccl_forms.ADAPTERS.get(name)
 
-    @functools.wraps(original)
+    @functools.wraps(native)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with off_the_stack():  # see off_the_stack: the work it queues
             rt = active()
             if rt is None or rt.host.kind == "cuda":
-                return original(*args, **kwargs)
+                return native(*args, **kwargs)
             device_type = staging_device(rt)
             bound = signature.bind_partial(*args, **kwargs)
             if adapter is None or not nccl_forms.is_nccl_group(bound.arguments.get("group")):
@@ -342,12 +393,17 @@ def _native(name: str) -> Callable[..., Any]:
     """Wrap ``name`` to run with function modes off on hosts that stage: torch builds its
     own CPU tensors and ``torch.device("cpu")`` there (pickled objects, barrier options),
     which the policy would send to the accelerator that gloo cannot take."""
-    original = _ORIGINAL_NATIVE[name]
-    signature = inspect.signature(original)
+    native = _ORIGINAL_NATIVE[name]
+    original = _released(native)
+    signature = inspect.signature(native)
 
-    @functools.wraps(original)
+    @functools.wraps(native)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if staging_device(active()) is None:
+        rt = active()
+        if rt is None or rt.host.kind == "cuda":
+            with off_the_stack():
+                return native(*args, **kwargs)
+        if staging_device(rt) is None:
             with off_the_stack():
                 return original(*args, **kwargs)
         if name == "barrier":
@@ -362,6 +418,8 @@ def _native(name: str) -> Callable[..., Any]:
     return wrapper
 
 
+#: The collectives as called off CUDA hosts: returning once gloo lets go (:func:`_released`).
+_RELEASED = {name: _released(original) for name, original in _ORIGINAL_COLLECTIVES.items()}
 _STAGED = {name: _collective(name) for name in _STAGED_FUNCTIONS}
 _STAGED.update({name: _native(name) for name in _ORIGINAL_NATIVE})
 _ENTRY_POINTS = {
