@@ -105,3 +105,19 @@ def test_accelerate_fp16_runs_autocast_and_a_grad_scaler():
     assert facts["scale"] > 0
     assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
     assert facts["losses_finite"] is True
+
+
+@needs_accelerate
+def test_accelerate_gpu_only_checks_of_its_own_suite_pass():
+    """The GPU-only tests of Accelerate's suite that read the device it chose (they lost
+    before device objects read as written; docs/huggingface.md has the whole-suite run)."""
+    facts = run_redirected("accelerate_gpu_checks.py")
+    assert facts["state_device_type"] == "cuda"
+    assert facts["cpu_after_gpu"] == "ValueError"  # Accelerator(cpu=True) after a GPU one
+    assert facts["env_var_device"] == "cuda:64"
+    assert facts["scaler"] == {
+        "init_scale": 1024, "growth_factor": 2.0, "backoff_factor": 0.5, "enabled": True,
+    }  # fmt: skip
+    assert facts["autocast_dtypes"] == ["float16", "float32", "float16"]
+    assert facts["step_was_skipped"] == [False, True, True, False]
+    assert facts["weights_unchanged"] == [False, True, True, False]  # a skipped step is one

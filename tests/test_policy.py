@@ -551,3 +551,15 @@ def test_only_host_memory_on_a_cuda_host_is_pinned(kind, device_type):
 )  # fmt: skip
 def test_a_generator_draws_where_it_lives(generator, target, expected):
     assert draws_on_generator(generator, target) is expected
+
+
+def test_is_inplace_follows_torchs_naming_rule():
+    """One definition of "in place" for the fallback's write-back and the generator rule."""
+    from torchdevice.policy import is_inplace
+
+    assert is_inplace(torch.Tensor.add_)
+    assert is_inplace(torch.Tensor.uniform_)
+    assert not is_inplace(torch.add)
+    assert not is_inplace(torch.Tensor.__add__)
+    assert not is_inplace(torch.Tensor.__iadd__)  # a dunder, whatever it does
+    assert not is_inplace(object())  # no name

@@ -63,8 +63,10 @@ def test_the_environment_reaches_torchrun_workers(child_env):  # noqa: F811
 def test_a_cuda_first_training_script_matches_the_cpu(child_env, tmp_path):  # noqa: F811
     """Checkpoints loaded with map_location="cuda", a deep-copied EMA model, a pickled
     tensor, DataLoader spawn workers with pin_memory=True (the dataset lives on the device,
-    so batches do too and are not pinned, as on MPS) and a subprocess child, on the
-    simulated MPS host, with the CPU host's results."""
+    so batches do too and are not pinned, as on MPS), torch.compile with the default
+    backend and a subprocess child, on the simulated MPS host, with the CPU host's results.
+    The compiled forward is aot_eager on the simulated device (eager kernels) and inductor's
+    C++ on the CPU host, so it is compared with a tolerance; training is bit for bit."""
     script = TESTS / "scripts" / "cuda_checkpoint.py"
     results = {}
     for host, env in (("simulated", _simulated_env(child_env)), ("cpu", child_env)):
@@ -84,6 +86,13 @@ def test_a_cuda_first_training_script_matches_the_cpu(child_env, tmp_path):  # n
         assert simulated[key] == cpu[key], key
     assert simulated["pickled_equal"]
     assert simulated["map_location_cpu_equal"]
+    assert simulated["compiled_device"] == SIMULATED
+    assert cpu["compiled_device"] == "cpu"
+    assert simulated["compiled_matches_eager"]
+    assert cpu["compiled_matches_eager"]
+    assert torch.allclose(
+        torch.tensor(simulated["compiled"]), torch.tensor(cpu["compiled"]), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_the_pytest_option_reaches_xdist_workers(pytester: pytest.Pytester) -> None:

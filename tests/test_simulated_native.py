@@ -302,4 +302,93 @@ def test_device_tensors_cross_processes_by_value_while_redirecting(simgpu):
     assert ForkingPickler._extra_reducers[torch.Tensor] is reduce_tensor
 
 
+@pytest.fixture
+def compilers() -> None:
+    """Import inductor and dynamo's debug backends first: torch's own import of them warns
+    (``torch.jit.script_method`` is deprecated), which this suite's filters make an error."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import torch._dynamo.backends.debugging
+        import torch._inductor.compile_fx  # noqa: F401 - imported for its side effect
+
+
+def test_default_compile_runs_on_the_device_with_eager_results(simgpu, compilers, caplog):
+    """Inductor has no code generator for the device: the default backend compiles graphs
+    on it with aot_eager (logged once), training included, with eager's results."""
+
+    def fused(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ x.T).sin() + x.mean()  # a reduction fused with pointwise ops
+
+    def train(device: str) -> tuple[list[float], list[torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)
+        step = torch.compile(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for _ in range(3):
+            loss = step(on_device(device)[:, :4]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return (
+            losses,
+            [p.detach().cpu() for p in model.parameters()],
+            torch.compile(fused)(on_device(device)).cpu(),
+        )
+
+    torch._dynamo.reset()
+    with caplog.at_level("WARNING", logger="torchdevice.testing"):
+        sim_losses, sim_weights, sim_fused = train(NAME)
+    assert sim_losses == train_eager_losses(), "compiled losses differ from eager CPU ones"
+    assert torch.equal(sim_fused, fused(on_device("cpu")))
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    eager_sgd(reference)
+    for mine, theirs in zip(sim_weights, reference.parameters(), strict=True):
+        assert torch.equal(mine, theirs.detach())
+    warnings = [r.getMessage() for r in caplog.records if r.name == "torchdevice.testing"]
+    assert len(warnings) == 1, warnings
+    assert "backend='aot_eager'" in warnings[0]
+    assert "(simgpu)" in warnings[0]
+
+
+def eager_sgd(model: nn.Module) -> list[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(3):
+        loss = model(on_device("cpu")[:, :4]).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def train_eager_losses() -> list[float]:
+    torch.manual_seed(0)
+    return eager_sgd(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)))
+
+
+def test_only_graphs_on_the_device_leave_inductor(simgpu, compilers, monkeypatch):
+    """A graph with no tensor on the device still reaches inductor's compile_fx."""
+    from torch._inductor import compile_fx
+
+    reached = []
+
+    def recorder(graph, inputs, **_):
+        reached.append([str(t.device) for t in inputs if isinstance(t, torch.Tensor)])
+        return graph.forward
+
+    monkeypatch.setattr(compile_fx, "compile_fx", recorder)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(torch.sin)(on_device("cpu")), on_device("cpu").sin())
+    assert reached == [["cpu"]]
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(torch.cos)(on_device(NAME)).cpu(), on_device("cpu").cos())
+    assert reached == [["cpu"]], "a graph on the device reached inductor"
+
+
 mirror_in_parent(globals())

@@ -258,7 +258,7 @@ def is_nccl_available() -> bool:
     rt = active()
     if rt is None or rt.host.kind == "cuda":
         return bool(_ORIGINAL_IS_NCCL())
-    return bool(getattr(rt.settings, "cuda_available", True))
+    return rt.settings.cuda_available
 
 
 # -- staging through CPU memory --------------------------------------------------------

@@ -37,6 +37,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from torchdevice import ledger
+from torchdevice.policy import is_inplace
 from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime, active
 
@@ -224,7 +225,7 @@ class Fallback:
         except Exception:
             raise Unsupported from None
         out = kwargs.get("out")
-        if _is_inplace(func) or out is not None:
+        if is_inplace(func) or out is not None:
             call, cpu_call = (args, kwargs), (cpu_args, cpu_kwargs)
             return self._write_back(device, func, call, cpu_call, result, error)
         for tensor in _tensors((result,), {}):
@@ -276,7 +277,7 @@ class Fallback:
         out = kwargs.get("out")
         if out is not None:
             return out
-        if _is_inplace(func) and args and isinstance(args[0], torch.Tensor):
+        if is_inplace(func) and args and isinstance(args[0], torch.Tensor):
             return args[0]
         return tree_map_only(torch.Tensor, lambda t: t.to(device), result)
 
@@ -317,11 +318,6 @@ def _as_device(value: object) -> torch.device | None:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
-
-
-def _is_inplace(func: Callable[..., Any]) -> bool:
-    name = getattr(func, "__name__", "")
-    return name.endswith("_") and not name.endswith("__")
 
 
 def fallback_hint(error: BaseException) -> None:

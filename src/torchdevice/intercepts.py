@@ -36,6 +36,7 @@ from torchdevice.policy import (
     Decision,
     Standing,
     draws_on_generator,
+    is_inplace,
     pins,
     stands_for,
 )
@@ -257,7 +258,7 @@ def generator_bound(
     source = generator.device
     moved = tuple(a.to(source) if isinstance(a, torch.Tensor) else a for a in args)
     result = func(*moved, **kwargs)
-    if getattr(func, "__name__", "").endswith("_"):  # in place: write into the original
+    if is_inplace(func):  # write into the original
         with torch.no_grad():
             tensor.copy_(moved[0])
         return tensor

@@ -201,17 +201,18 @@ def rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) ->
         return _ORIGINAL_REBUILD(storage, storage_offset, size, stride)  # type: ignore[no-untyped-call,no-any-return]
 
 
-_REPLACEMENTS: tuple[tuple[Any, str, Any, Any], ...] = (
-    (torch, "load", _ORIGINAL_LOAD, load),
-    (torch.serialization, "load", _ORIGINAL_LOAD, load),
-    (torch, "Generator", _ORIGINAL_GENERATOR, Generator),
-    (torch.nested, "nested_tensor", _ORIGINAL_NESTED, nested_tensor),
-    (torch.nested, "as_nested_tensor", _ORIGINAL_AS_NESTED, as_nested_tensor),
-    (torch, "range", _ORIGINAL_RANGE, range_),
-    (torch.nn.Module, "cuda", _ORIGINAL_MODULE_CUDA, module_cuda),
-    (torch.nn.Module, "cpu", _ORIGINAL_MODULE_CPU, module_cpu),
-    (torch._utils, "_rebuild_tensor", _ORIGINAL_REBUILD, rebuild_tensor),
-    (torch, "set_default_device", _ORIGINAL_SET_DEFAULT_DEVICE, set_default_device),
+#: (owner, attribute, replacement): what :func:`install` puts in place.
+_REPLACEMENTS: tuple[tuple[Any, str, Any], ...] = (
+    (torch, "load", load),
+    (torch.serialization, "load", load),
+    (torch, "Generator", Generator),
+    (torch.nested, "nested_tensor", nested_tensor),
+    (torch.nested, "as_nested_tensor", as_nested_tensor),
+    (torch, "range", range_),
+    (torch.nn.Module, "cuda", module_cuda),
+    (torch.nn.Module, "cpu", module_cpu),
+    (torch._utils, "_rebuild_tensor", rebuild_tensor),
+    (torch, "set_default_device", set_default_device),
 )
 
 
@@ -224,7 +225,7 @@ def install() -> None:
     for the activation at each call. ``disable()`` takes them out through the ledger."""
     if ledger.has(GROUP):
         return
-    for owner, name, _original, replacement in _REPLACEMENTS:
+    for owner, name, replacement in _REPLACEMENTS:
         ledger.set_attr(GROUP, owner, name, replacement)
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "decide",
     "draws_on_generator",
     "has_float64",
+    "is_inplace",
     "parse_request",
     "pins",
     "resolve_backend",
@@ -290,6 +291,16 @@ def draws_on_generator(generator_device: str, target_device: str) -> bool:
     draws — and the result moves to where the call's tensors live.
     """
     return generator_device != target_device
+
+
+def is_inplace(func: object) -> bool:
+    """Whether ``func`` writes its result into its first argument: torch's naming rule,
+    a trailing underscore (``add_``, ``uniform_``), dunder methods (``__add__``) aside.
+
+    The one definition: the CPU fallback writes the CPU result back into the original
+    tensors, and the generator rule draws into the original tensor, for these."""
+    name = getattr(func, "__name__", "")
+    return isinstance(name, str) and name.endswith("_") and not name.endswith("__")
 
 
 #: The collective backends that need CUDA; off CUDA hosts gloo stands in for them.

@@ -1,6 +1,7 @@
 """A CUDA-first training script, as users write them: a DataLoader with workers and pinned
 memory, a checkpoint saved and loaded with ``map_location="cuda"``, a deep-copied model (an
-EMA), a pickled tensor and a ``subprocess`` child that uses CUDA too.
+EMA), a pickled tensor, ``torch.compile`` with the default backend, and a ``subprocess``
+child that uses CUDA too.
 
 ``python cuda_checkpoint.py OUT START_METHOD`` writes ``OUT/result.json``: the losses, the
 final parameters, and the device every process saw, so a test can compare a redirected run
@@ -60,6 +61,10 @@ def main() -> None:
         state = torch.load(checkpoint, map_location="cuda")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
+    compiled = torch.compile(model)  # the default backend, as CUDA-first code writes it
+    probe = features.to(device)
+    with torch.no_grad():
+        compiled_out, eager_out = compiled(probe), model(probe)
     restored = pickle.loads(pickle.dumps(model[0].weight.detach()))
     on_cpu = torch.load(out / "epoch1.pt", map_location="cpu")["model"]["0.weight"]
     child = subprocess.run(
@@ -73,6 +78,9 @@ def main() -> None:
         "weights": [p.detach().cpu().flatten().tolist() for p in model.parameters()],
         "ema": [p.detach().cpu().flatten().tolist() for p in ema.parameters()],
         "pinned": all(pinned),
+        "compiled": compiled_out.cpu().flatten().tolist(),
+        "compiled_device": str(compiled_out.device),
+        "compiled_matches_eager": torch.allclose(compiled_out, eager_out, rtol=1e-5, atol=1e-6),
         "pickled_equal": torch.equal(restored.cpu(), model[0].weight.detach().cpu()),
         "map_location_cpu_equal": torch.equal(on_cpu.cpu(), model[0].weight.detach().cpu()),
         "devices": {

@@ -30,7 +30,6 @@ _ALLOCATOR = (
     "The CUDA caching allocator does not exist here: allocate tensors with torch factories "
     "and read memory with torch.cuda.memory_allocated()/memory_stats()."
 )
-_IPC = "Share tensors with torch.multiprocessing (file_system strategy) instead."
 
 #: Feature -> what to do instead, for every CUDA-only entry point the facade covers.
 ALTERNATIVES: dict[str, str] = {
@@ -54,7 +53,6 @@ ALTERNATIVES: dict[str, str] = {
     "torch.cuda.memory._record_memory_history": _ALLOCATOR,
     "torch.cuda.memory._snapshot": _ALLOCATOR,
     "torch.cuda.memory._dump_snapshot": _ALLOCATOR,
-    "torch.cuda.ipc": _IPC,
     "torch.mps.compile_shader": "Metal shaders run only on Apple GPUs. " + _KERNELS,
     "torch.mps.load_metallib": "Metal libraries run only on Apple GPUs. " + _KERNELS,
     "torch.mps.profiler.metal_capture": "Metal GPU captures need an Apple GPU; profile with "

@@ -48,11 +48,8 @@ _COMPILER = "torch._inductor"
 
 
 def advertised() -> bool:
-    """Whether the facades report their device as available (the ``cuda_available`` option).
-
-    Read with a default so a runtime built from older settings still answers.
-    """
-    return bool(getattr(real_device.runtime().settings, "cuda_available", True))
+    """Whether the facades report their device as available (the ``cuda_available`` option)."""
+    return real_device.runtime().settings.cuda_available
 
 
 def asked_by_compiler(depth: int = 2) -> bool:

@@ -134,13 +134,12 @@ def _rebind_class(cls: type, mapping: Mapping[int, Any]) -> None:
             setattr(cls, name, mapping[id(value)])
 
 
-def rebind_imported(module_names: Iterable[str], mapping: Mapping[int, Any]) -> list[str]:
+def rebind_imported(module_names: Iterable[str], mapping: Mapping[int, Any]) -> None:
     """Replace facade objects captured at import by ``module_names`` with the real ones.
 
     Looks at each module's globals, the lists, dicts, sets and tuples among them, and the
-    attributes of classes the module defines. Returns the ``module.name`` entries changed.
+    attributes of classes the module defines.
     """
-    changed: list[str] = []
     for module_name in module_names:
         module = sys.modules.get(module_name)
         if module is None or isinstance(module, FacadeModule):
@@ -148,13 +147,8 @@ def rebind_imported(module_names: Iterable[str], mapping: Mapping[int, Any]) -> 
         for name, value in list(vars(module).items()):
             if name.startswith("__"):
                 continue
-            before = [id(item) for item in value] if isinstance(value, (list, set)) else None
             replaced, new = _rebind_value(value, mapping)
             if replaced:
                 setattr(module, name, new)
-                changed.append(f"{module_name}.{name}")
-            elif before is not None and before != [id(item) for item in value]:
-                changed.append(f"{module_name}.{name}")
             if isinstance(value, type) and getattr(value, "__module__", None) == module_name:
                 _rebind_class(value, mapping)
-    return changed

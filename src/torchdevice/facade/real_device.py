@@ -349,8 +349,8 @@ _DEVICES: dict[str, RealDevice] = {"cpu": CpuDevice(), "mps": MpsDevice(), "cuda
 def current() -> RealDevice:
     """The device redirected accelerator requests land on in the current activation."""
     host = runtime().host
-    device_type = getattr(host, "device_type", None)
-    if isinstance(device_type, str) and device_type not in HOST_KINDS:
+    device_type = host.device_type
+    if device_type is not None and device_type not in HOST_KINDS:
         found = _DEVICES.get(device_type)
         if found is None:
             found = _DEVICES.setdefault(device_type, ModuleDevice(device_type))

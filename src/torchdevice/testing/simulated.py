@@ -57,9 +57,9 @@ Limits:
   by ``torch.manual_seed``, or ``torch.Generator(device=name)``); each holds the CPU's
   Mersenne Twister state, so a device stream equals the CPU stream with the same seed (MPS's
   Philox gives other numbers). A CPU generator is refused, as CUDA and MPS refuse it;
-* autocast is accepted and casts nothing; ``torch.compile`` works with ``backend="eager"``
-  (dynamo's fake tensors carry the device), not with inductor, which has no code generator
-  for the device.
+* autocast is accepted and casts nothing; ``torch.compile`` works (dynamo's fake tensors
+  carry the device), but inductor has no code generator for the device, so the default
+  backend compiles graphs on it with ``aot_eager``, logged (:mod:`torchdevice.testing.compiling`).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
-from torchdevice.testing import native
+from torchdevice.testing import compiling, native
 from torchdevice.testing.mps_ops import (
     MPS_DTYPES,
     mps_kernels,
@@ -252,6 +252,7 @@ def _install(name: str, module: _DeviceModule) -> _State:
     missing = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     missing.fallback(_missing_kernel(name), "PrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
     _print_like_mps(name)
+    compiling.install(name)
     return _State(name, device, (kernels, autocast, missing), module, overloads)
 
 
