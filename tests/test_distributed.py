@@ -260,7 +260,7 @@ def test_queued_work_holds_no_function_mode(world: Callable[..., None], queue: A
 @pytest.mark.parametrize(
     "call",
     [
-        pytest.param(lambda t: dist.all_reduce(t), id="all_reduce"),
+        pytest.param(lambda t: dist.all_reduce(t), id="all_reduce"),  # noqa: PLW0108 - read at call time, once enabled
         pytest.param(lambda t: dist.broadcast(t, 0), id="broadcast"),
         pytest.param(lambda t: dist.all_gather([torch.zeros(())], t), id="all_gather"),
         pytest.param(lambda t: dist.reduce(t, 0), id="reduce"),
