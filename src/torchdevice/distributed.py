@@ -392,28 +392,24 @@ def _collective(name: str) -> Callable[..., Any]:
 def _native(name: str) -> Callable[..., Any]:
     """Wrap ``name`` to run with function modes off on hosts that stage: torch builds its
     own CPU tensors and ``torch.device("cpu")`` there (pickled objects, barrier options),
-    which the policy would send to the accelerator that gloo cannot take."""
+    which the policy would send to the accelerator that gloo cannot take. Off CUDA hosts a
+    synchronous call returns once gloo has let go of its tensors (:func:`_released`)."""
     native = _ORIGINAL_NATIVE[name]
-    original = _released(native)
+    released = _released(native)
     signature = inspect.signature(native)
 
     @functools.wraps(native)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt = active()
-        if rt is None or rt.host.kind == "cuda":
-            with off_the_stack():
-                return native(*args, **kwargs)
-        if staging_device(rt) is None:
-            with off_the_stack():
-                return original(*args, **kwargs)
-        if name == "barrier":
+        call = native if rt is None or rt.host.kind == "cuda" else released
+        if name == "barrier" and staging_device(rt) is not None:
             # NCCL picks the barrier's GPU from ``device_ids``; torch would bind gloo to
             # the accelerator it cannot take, and gloo itself ignores them.
             bound = signature.bind_partial(*args, **kwargs)
             bound.arguments.pop("device_ids", None)
             args, kwargs = bound.args, bound.kwargs
         with off_the_stack():
-            return original(*args, **kwargs)
+            return call(*args, **kwargs)
 
     return wrapper
 
