@@ -6,21 +6,7 @@ import math
 
 import torch
 from lightning.fabric import Fabric
-
-seen: dict[str, object] = {}
-
-
-class Regression(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.layer(x)
-        seen["activation_dtype"] = str(out.dtype).removeprefix("torch.")
-        seen["autocast"] = torch.is_autocast_enabled(out.device.type)
-        return out
-
+from recording_model import Regression, seen
 
 fabric = Fabric(accelerator="gpu", devices=1, precision="16-mixed")
 fabric.launch()
