@@ -11,7 +11,8 @@ autograd and device checks as a tensor on MPS, and:
 * **computes what MPS computes**: the op overloads MPS has a kernel for in the installed torch
   (:func:`supported_ops`, read from the wheel's ``native_functions.yaml`` by
   :mod:`torchdevice.testing.mps_ops`) run the CPU kernel on CPU *aliases* of the same memory
-  (views stay views, in-place ops write in place);
+  (views stay views, in-place ops write in place), from one boxed C++ kernel for plain ops
+  and Python kernels for the rest;
 * **lacks what MPS lacks, the way MPS does**: every other op (:func:`missing_ops` are those
   the CPU has) reaches a boxed fallback that raises MPS's own ``NotImplementedError`` ("The
   operator 'aten::heaviside.out' is not currently implemented for the simgpu device...",
@@ -51,8 +52,9 @@ a real device.
 
 Limits:
 
-* one device, ``<name>:0``; kernels run synchronously on the CPU, one Python call per op, so
-  timing means nothing;
+* one device, ``<name>:0``; kernels run synchronously on the CPU (plain ops in the C++
+  half's kernel, a few microseconds over the CPU's; random ops and copies between devices in
+  Python, hundreds), so timing means nothing;
 * random ops draw from the device's generators (``torch.<name>.default_generator``, seeded
   by ``torch.manual_seed``, or ``torch.Generator(device=name)``); each holds the CPU's
   Mersenne Twister state, so a device stream equals the CPU stream with the same seed (MPS's
@@ -66,6 +68,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, NamedTuple, NoReturn, cast
@@ -460,8 +463,14 @@ class _Backend:
     # -- installation -----------------------------------------------------------------
 
     def install(self, library: torch.library.Library) -> frozenset[str]:
-        """Register a kernel for every overload MPS has a kernel for (and the CPU can run)."""
+        """Register a kernel for every overload MPS has a kernel for (and the CPU can run).
+
+        Plain ops get the C++ half's kernel (``alias_kernel``: the same work as
+        :meth:`_kernel`, without a Python call per op); ops that draw random numbers, and the
+        special kernels, get Python ones.
+        """
         installed: set[str] = set()
+        plain: list[torch._ops.OpOverload] = []
 
         def add(op: torch._ops.OpOverload, kernel: Callable[..., Any]) -> None:
             overload_name = _operator_name(op).removeprefix("aten::")
@@ -472,20 +481,43 @@ class _Backend:
         for operator in sorted(supported_ops()):
             if operator in _LEFT_OUT:
                 continue
-            add(op := _overload(operator), special.get(operator) or self._kernel(op))
+            op = _overload(operator)
+            if operator in special:
+                add(op, special[operator])
+            elif _draws_random_numbers(op):
+                add(op, self._kernel(op))
+            else:
+                plain.append(op)
         for operator, kernel in special.items():
             if operator not in installed:
                 add(_overload(operator), kernel)
+        plain.append(torch.ops.aten.copy_.default)  # composite in PyTorch; a plain kernel here
+        self._install_plain(plain)
+        installed.update(_operator_name(op) for op in plain)
         return frozenset(installed)
+
+    def _install_plain(self, ops: list[torch._ops.OpOverload]) -> None:
+        """Register the C++ half's kernel for ``ops``, with each op's device and dtype rules."""
+        packets = [op._schema.name.split("::", 1)[1] for op in ops]
+        with warnings.catch_warnings():  # "ComplexHalf support is experimental"
+            warnings.simplefilter("ignore", UserWarning)
+            samples = [torch.empty(0, dtype=dtype) for dtype in sorted(MPS_DTYPES, key=str)]
+        self.module._ops.install_kernels(
+            [_operator_name(op).removeprefix("aten::") for op in ops],
+            [packet in _CROSS_DEVICE_OPS for packet in packets],
+            [
+                packet in _ANY_DTYPE_OPS or _is_view(op._schema)
+                for op, packet in zip(ops, packets, strict=True)
+            ],
+            samples,
+        )
 
     def _special_kernels(self) -> dict[str, Callable[..., Any]]:
         """Kernels that cannot be "the CPU kernel on CPU aliases", by overload name.
 
-        ``copy_`` is composite in PyTorch, but its composite kernel knows no way to move bytes
-        to this device; ``_copy_from*`` are what PyTorch calls to copy to and from an
-        out-of-tree device; ``set_`` and ``resize_`` change the device tensor's own storage.
+        ``_copy_from*`` are what PyTorch calls to copy to and from an out-of-tree device;
+        ``set_`` and ``resize_`` change the device tensor's own storage.
         """
-        copy = self._kernel(torch.ops.aten.copy_.default)
         # MPS convolves with its own kernels (_mps_convolution, mps_convolution_backward...:
         # MPS-only entries of native_functions.yaml), which ATen's convolution picks for the
         # MPS device type; for an out-of-tree device it calls these two instead.
@@ -500,7 +532,6 @@ class _Backend:
             "aten::_efficientzerotensor": zeros,
             "aten::convolution_overrideable": convolution,
             "aten::convolution_backward_overrideable": convolution_backward,
-            "aten::copy_": copy,
             "aten::_copy_from": self._copy_from,
             "aten::_copy_from_and_resize": self._copy_from_and_resize,
             "aten::resize_": self._resize,
@@ -924,6 +955,15 @@ def _default_complex() -> torch.dtype:
     """The complex dtype matching the default float dtype (``torch.complex64`` by default)."""
     return {torch.float64: torch.complex128, torch.float16: torch.complex32}.get(
         torch.get_default_dtype(), torch.complex64
+    )
+
+
+def _draws_random_numbers(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` draws from a generator (an argument, or the global one for
+    ``native_dropout``): its kernel lends the device generator's state to the CPU kernel."""
+    schema = op._schema
+    return schema.name == "aten::native_dropout" or any(
+        argument.name == "generator" for argument in schema.arguments
     )
 
 

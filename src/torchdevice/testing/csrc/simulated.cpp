@@ -8,15 +8,23 @@
 // those pieces, small and synchronous: device memory is ordinary CPU memory, there is one
 // device (index 0), streams are labels and events are host-clock timestamps.
 //
-// The kernels stay in Python (simulated.py): they run the CPU's kernels on CPU aliases of the
-// device memory, with MPS's op set. Loading this library registers everything at static
-// initialisation; the operators of the torchdevice_simulated library are what Python calls.
+// The kernels run the CPU's kernels on CPU aliases of the device memory, with MPS's op set
+// (chosen in simulated.py). The common kernel is here (alias_kernel below): one boxed function,
+// registered by Python for every plain op, that costs a few microseconds where a Python kernel
+// costs hundreds, so whole test suites can run on the device. Kernels that are not plain (random
+// ops, copies between devices, resize_, set_) stay in Python. Loading this library registers
+// the allocator, guard and hooks at static initialisation; the operators of the
+// torchdevice_simulated library are what Python calls.
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -24,11 +32,16 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace torchdevice_simulated {
 namespace {
@@ -418,6 +431,266 @@ at::Tensor adopt(const at::Tensor& host) {
   return result;
 }
 
+// ---- the common kernel: the CPU's kernel on CPU aliases of the device memory ------------
+
+// The dtypes MPS kernels accept (simulated.py passes MPS_DTYPES once, at installation).
+std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> accepted_dtypes{};
+
+// Device storages by the address of their memory: a CPU result on an input's memory (a view)
+// becomes a device tensor on that input's storage; results sharing memory share a storage.
+using Storages = std::unordered_map<const void*, c10::Storage>;
+
+std::string device_name() {
+  return c10::get_privateuse1_backend();
+}
+
+// A CPU tensor on the same memory as a device tensor, with its geometry. The CPU storage does
+// not own the memory and cannot be resized: a CPU kernel can neither free nor move it.
+at::Tensor host_alias(const at::Tensor& tensor, Storages& storages) {
+  const c10::Storage& storage = tensor.storage();
+  c10::Storage host;
+  if (storage.nbytes() != 0) {
+    void* data = const_cast<void*>(storage.data());
+    host = c10::Storage(
+        c10::Storage::use_byte_size_t(),
+        storage.nbytes(),
+        c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
+        /*allocator=*/nullptr,
+        /*resizable=*/false);
+    storages.emplace(data, storage);
+  } else {
+    host = c10::Storage(
+        c10::Storage::use_byte_size_t(), 0, c10::GetCPUAllocator()->allocate(0),
+        c10::GetCPUAllocator(), /*resizable=*/true);
+  }
+  auto alias = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+  alias.unsafeGetTensorImpl()->set_sizes_and_strides(
+      tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  alias._set_conj(tensor.is_conj());
+  alias._set_neg(tensor.is_neg());
+  return alias;
+}
+
+// A device storage over a CPU storage's memory, without a copy (see adopt()).
+c10::Storage adopt_storage(const c10::Storage& source) {
+  void* data = const_cast<void*>(source.data());
+  auto* block = new Block{data, static_cast<int64_t>(source.nbytes()), source};
+  count_allocation(block->nbytes);
+  c10::DataPtr pointer(data, block, &release_block, the_device());
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(),
+      source.nbytes(),
+      std::move(pointer),
+      &device_allocator,
+      /*resizable=*/true));
+}
+
+// A CPU kernel's result as a device tensor: on the input storage it is a view of, else on a
+// storage adopting its memory. MPS allocates every result with empty_mps, which refuses float64.
+at::Tensor from_host(const at::Tensor& host, Storages& storages) {
+  TORCH_CHECK_TYPE(
+      host.scalar_type() != c10::ScalarType::Double,
+      "Cannot convert a ", device_name(), " Tensor to float64 dtype as the ", device_name(),
+      " framework doesn't support float64. Please use float32 instead.");
+  const c10::Storage& source = host.storage();
+  c10::Storage storage;
+  if (source.nbytes() != 0) {
+    auto found = storages.find(source.data());
+    if (found != storages.end()) {
+      storage = found->second;
+    } else {
+      storage = adopt_storage(source);
+      storages.emplace(source.data(), storage);
+    }
+  } else {
+    storage = adopt_storage(source);
+  }
+  auto result = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), host.dtype());
+  result.unsafeGetTensorImpl()->set_sizes_and_strides(
+      host.sizes(), host.strides(), host.storage_offset());
+  result._set_conj(host.is_conj());
+  result._set_neg(host.is_neg());
+  return result;
+}
+
+// Refuse a tensor from another device, as TensorIterator does (CPU scalars pass), and device
+// tensors of a dtype MPS kernels refuse (getMPSDataType's TypeError).
+void check_tensor(
+    const at::Tensor& tensor, const c10::OperatorHandle& op, bool cross_device, bool any_dtype) {
+  if (!tensor.defined()) {
+    return;
+  }
+  if (tensor.device().type() != kType) {
+    TORCH_CHECK(
+        cross_device || (tensor.device().is_cpu() && tensor.dim() == 0),
+        "Expected all tensors to be on the same device, but found at least two devices, ",
+        the_device(), " and ", tensor.device(), "! (when checking arguments for ",
+        op.operator_name(), ")");
+    return;
+  }
+  TORCH_CHECK_TYPE(
+      any_dtype || accepted_dtypes[static_cast<size_t>(tensor.scalar_type())],
+      "Trying to convert ", tensor.scalar_type(), " to the ", device_name(),
+      " backend but it does not have support for that dtype.");
+}
+
+// An argument as the CPU kernel takes it: device tensors (alone or in lists) as CPU aliases, the
+// device as the CPU.
+c10::IValue to_host(
+    const c10::IValue& value, const c10::OperatorHandle& op, bool cross_device, bool any_dtype,
+    Storages& storages) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    check_tensor(tensor, op, cross_device, any_dtype);
+    if (tensor.defined() && tensor.device().type() == kType) {
+      return host_alias(tensor, storages);
+    }
+    return value;
+  }
+  if (value.isList()) {
+    auto list = value.toList();
+    bool has_tensor = false;
+    for (const c10::IValue& element : list) {
+      has_tensor = has_tensor || element.isTensor();
+    }
+    if (!has_tensor) {
+      return value;
+    }
+    c10::impl::GenericList host(list.elementType());
+    host.reserve(list.size());
+    for (const c10::IValue& element : list) {
+      host.push_back(to_host(element, op, cross_device, any_dtype, storages));
+    }
+    return host;
+  }
+  if (value.isDevice() && value.toDevice().type() == kType) {
+    check_index(value.toDevice().index());
+    return c10::Device(c10::DeviceType::CPU);
+  }
+  return value;
+}
+
+c10::IValue to_device(const c10::IValue& value, Storages& storages) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    return tensor.defined() ? from_host(tensor, storages) : value;
+  }
+  if (value.isList()) {
+    auto list = value.toList();
+    c10::impl::GenericList device(list.elementType());
+    device.reserve(list.size());
+    for (const c10::IValue& element : list) {
+      device.push_back(to_device(element, storages));
+    }
+    return device;
+  }
+  return value;
+}
+
+// The argument a return writes into (Tensor(a!): add_, out=), or -1.
+int written_argument(const c10::FunctionSchema& schema, size_t return_index) {
+  const c10::AliasInfo* alias = schema.returns()[return_index].alias_info();
+  if (alias == nullptr || !alias->isWrite()) {
+    return -1;
+  }
+  const auto& arguments = schema.arguments();
+  for (size_t index = 0; index < arguments.size(); ++index) {
+    const c10::AliasInfo* info = arguments[index].alias_info();
+    if (info == nullptr) {
+      continue;
+    }
+    for (const auto& set : info->beforeSets()) {
+      if (alias->beforeSets().count(set) != 0) {
+        return static_cast<int>(index);
+      }
+    }
+  }
+  return -1;
+}
+
+// The kernel for every plain op (no generator, no cross-device copy of its own): the CPU kernel
+// on CPU aliases of the inputs, so views stay views and in-place ops write in place. out=
+// arguments get a fresh CPU tensor instead, because a CPU kernel may resize them; the result is
+// copied into the device tensor, resized first, as PyTorch's own cpu_fallback does. Returns that
+// are an argument written in place are that very argument, as on a real backend.
+template <bool CrossDevice, bool AnyDtype>
+void alias_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Below Python dispatch modes, as a Python kernel under no_dispatch() is: the CPU work that
+  // implements the device is not the program's own.
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t count = arguments.size();
+  std::vector<c10::IValue> originals(stack->end() - count, stack->end());
+  Storages storages;
+  std::vector<std::pair<at::Tensor, at::Tensor>> outs; // (device out, CPU out)
+  for (size_t index = 0; index < count; ++index) {
+    c10::IValue& slot = (*stack)[stack->size() - count + index];
+    const c10::Argument& argument = arguments[index];
+    const c10::AliasInfo* alias = argument.alias_info();
+    if (argument.kwarg_only() && alias != nullptr && alias->isWrite() && slot.isTensor() &&
+        slot.toTensor().defined()) {
+      const at::Tensor device_out = slot.toTensor();
+      check_tensor(device_out, op, CrossDevice, AnyDtype);
+      at::Tensor host_out = at::empty({0}, device_out.options().device(c10::kCPU));
+      outs.emplace_back(device_out, host_out);
+      slot = host_out;
+      continue;
+    }
+    slot = to_host(slot, op, CrossDevice, AnyDtype, storages);
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (auto& [device_out, host_out] : outs) {
+    if (device_out.sizes() != host_out.sizes()) {
+      device_out.resize_(host_out.sizes());
+    }
+    Storages ignored;
+    host_alias(device_out, ignored).copy_(host_out);
+  }
+  const size_t returns = schema.returns().size();
+  for (size_t index = 0; index < returns; ++index) {
+    c10::IValue& slot = (*stack)[stack->size() - returns + index];
+    const int written = written_argument(schema, index);
+    slot = written >= 0 ? originals[written] : to_device(slot, storages);
+  }
+}
+
+// The kernels Python installed, by flavour; the libraries live as long as the process.
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static auto* kept = new std::vector<std::unique_ptr<torch::Library>>();
+  return *kept;
+}
+
+// Register alias_kernel at PrivateUse1 for each overload ("add.Tensor"; a bare name for
+// .default), with the flags that apply to it, and accept the dtypes of `dtypes` (one sample
+// tensor per dtype MPS kernels accept).
+void install_kernels(
+    const c10::List<std::string>& overloads,
+    const c10::List<bool>& cross_device,
+    const c10::List<bool>& any_dtype,
+    at::TensorList dtypes) {
+  TORCH_CHECK(
+      overloads.size() == cross_device.size() && overloads.size() == any_dtype.size(),
+      "install_kernels: one flag of each kind per overload");
+  for (const at::Tensor& sample : dtypes) {
+    accepted_dtypes[static_cast<size_t>(sample.scalar_type())] = true;
+  }
+  auto library = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (size_t index = 0; index < overloads.size(); ++index) {
+    torch::CppFunction kernel = cross_device.get(index)
+        ? (any_dtype.get(index) ? torch::CppFunction::makeFromBoxedFunction<&alias_kernel<true, true>>()
+                            : torch::CppFunction::makeFromBoxedFunction<&alias_kernel<true, false>>())
+        : (any_dtype.get(index) ? torch::CppFunction::makeFromBoxedFunction<&alias_kernel<false, true>>()
+                            : torch::CppFunction::makeFromBoxedFunction<&alias_kernel<false, false>>());
+    library->impl(overloads.get(index).c_str(), std::move(kernel));
+  }
+  libraries().push_back(std::move(library));
+}
+
 at::Generator get_default_generator() {
   return default_generator();
 }
@@ -443,4 +716,7 @@ TORCH_LIBRARY(torchdevice_simulated, m) {
   m.def("memory_allocated() -> int", &torchdevice_simulated::memory_allocated);
   m.def("max_memory_allocated() -> int", &torchdevice_simulated::max_memory_allocated);
   m.def("reset_peak_memory_stats() -> ()", &torchdevice_simulated::reset_peak_memory_stats);
+  m.def(
+      "install_kernels(str[] overloads, bool[] cross_device, bool[] any_dtype, Tensor[] dtypes) -> ()",
+      &torchdevice_simulated::install_kernels);
 }
