@@ -16,6 +16,7 @@ from torchdevice.tools.compare import (
     compare_runs,
     read_results,
     render_markdown,
+    runner,
 )
 from torchdevice.tools.compare.runner import _split
 from torchdevice.tools.compare_plugin import ENV_VAR, first_line
@@ -97,6 +98,20 @@ def test_our_options_come_first_the_rest_is_pytests() -> None:
         ["--host", "simulated-mps", "--host=cpu"],
         ["-x"],
     )
+
+
+def test_the_plugin_is_named_when_pytest_will_not_load_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Installed (as here), the pytest11 entry point loads it; naming it again would register
+    # it twice. From a source tree on PYTHONPATH there is no entry point to load it.
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    assert runner._plugin_autoloads()
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert not runner._plugin_autoloads()
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setattr(runner.importlib.metadata, "entry_points", lambda group: [])
+    assert not runner._plugin_autoloads()
 
 
 def test_first_line_skips_blank_lines() -> None:

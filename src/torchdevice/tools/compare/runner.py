@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -141,6 +142,19 @@ def _stop(child: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
         child.wait()
 
 
+def _plugin_autoloads() -> bool:
+    """Whether pytest will load torchdevice's plugin by itself: through the ``pytest11`` entry
+    point of an installed torchdevice, unless autoloading is off. Run from a source tree on
+    ``PYTHONPATH`` there is no entry point, and ``--torchdevice`` would be an unknown option.
+    """
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(
+        entry.value == "torchdevice.tools.pytest_plugin"
+        for entry in importlib.metadata.entry_points(group="pytest11")
+    )
+
+
 def run_pytest(
     label: str,
     pytest_args: Sequence[str],
@@ -166,8 +180,8 @@ def run_pytest(
         "torchdevice.tools.compare_plugin",
         "--continue-on-collection-errors",
     ]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        command += ["-p", "torchdevice.tools.pytest_plugin"]  # otherwise the entry point loads it
+    if not _plugin_autoloads():
+        command += ["-p", "torchdevice.tools.pytest_plugin"]
     if redirected:
         command += ["--torchdevice", f"--torchdevice-report={output / 'migration-report.json'}"]
         if host is not None:
@@ -216,7 +230,7 @@ def check_arguments(pytest_args: Sequence[str]) -> tuple[int, str]:
     files that may add options, and imports no test module.
     """
     command = [sys.executable, "-m", "pytest", "-p", "torchdevice.tools.compare_plugin"]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    if not _plugin_autoloads():
         command += ["-p", "torchdevice.tools.pytest_plugin"]
     command += ["--collect-only", "-q", "-p", "no:cacheprovider", *pytest_args]
     done = subprocess.run(
