@@ -143,9 +143,17 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
 GROUP = "cuda facade"
 #: The submodules of ``torch.cuda`` that are facades too (keys of :func:`build_cuda_facade`).
 SUBMODULES = (
-    "random", "memory", "streams", "nvtx", "profiler", "graphs", "jiterator", "nccl", "comm",
+    "random",
+    "memory",
+    "streams",
+    "nvtx",
+    "profiler",
+    "graphs",
+    "jiterator",
+    "nccl",
+    "comm",
     "_utils",
-)  # fmt: skip
+)
 
 _ORIGINAL_GET_DEVICE_MODULE = torch.get_device_module
 
