@@ -205,6 +205,9 @@ def test_invalid_option_leaves_state_unchanged(monkeypatch):
     monkeypatch.setenv("TORCHDEVICE_LOG_LEVEL", "LOUD")
     with pytest.raises(torchdevice.SettingsError, match="TORCHDEVICE_LOG_LEVEL='LOUD'"):
         torchdevice.enable()
+    # The variable is the test's own (the pristine check reads exported variables too).
+    assert torch_is_pristine() == ["$TORCHDEVICE_LOG_LEVEL is not as native torch had it"]
+    monkeypatch.delenv("TORCHDEVICE_LOG_LEVEL")
     assert torch_is_pristine() == []
     with pytest.raises(TypeError, match="unknown torchdevice option 'keep_gpu'"):
         torchdevice.enable(keep_gpu=True)

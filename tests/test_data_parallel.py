@@ -124,7 +124,7 @@ def test_the_functional_form_too(device: torch.device) -> None:
 
 def test_disable_gives_torch_its_data_parallel_back(device: torch.device) -> None:
     import torchdevice
-    from torchdevice import data_parallel
+    from torchdevice.patches import data_parallel
 
     scatter_gather = torch.nn.parallel.scatter_gather
     assert scatter_gather.scatter is not data_parallel._ORIGINAL_SCATTER

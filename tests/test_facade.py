@@ -17,9 +17,10 @@ import torch
 
 import torchdevice
 from torchdevice import Host, UnsupportedFeatureError, facade
-from torchdevice.facade import amp, mps
+from torchdevice.facade import mps
 from torchdevice.facade.properties import DeviceProperties
 from torchdevice.host import cpu_name
+from torchdevice.patches import amp
 
 REAL_CUDA = sys.modules["torch.cuda"]
 REAL_MPS = sys.modules["torch.mps"]

@@ -15,7 +15,7 @@ from torch import nn
 
 import torchdevice
 from torchdevice import Host
-from torchdevice.facade import amp
+from torchdevice.patches import amp
 
 CPU = torch.device("cpu")
 

@@ -12,8 +12,8 @@ import torch
 
 import torchdevice
 from pristine import REAL_SHOWWARNING, torch_is_pristine
-from torchdevice import ledger, patches
-from torchdevice.facade import amp
+from torchdevice import ledger
+from torchdevice.patches import amp, calls
 
 
 def test_pristine_check_reports_a_recorded_change_left_in_place() -> None:
@@ -35,7 +35,7 @@ def test_pristine_check_reports_a_torch_change_left_in_place() -> None:
     try:
         problems = torch_is_pristine()
         assert "still recorded in the ledger: test group: warnings.showwarning" in problems
-        assert "warnings.showwarning is wrapped" in problems
+        assert "warnings.showwarning is not as native torch had it" in problems
     finally:
         ledger.undo()
     assert warnings.showwarning is REAL_SHOWWARNING
@@ -107,7 +107,7 @@ def test_enable_records_its_changes_and_disable_empties_the_ledger() -> None:
     assert {"torch wrappers", "autocast rewrite", "cuda facade", "mps facade"} <= groups
     assert "thread hooks" in groups
     assert amp.installed()
-    assert torch.load is patches.load
+    assert torch.load is calls.load
     torchdevice.disable()
     assert ledger.changes() == []
     assert torch_is_pristine() == []

@@ -23,7 +23,7 @@ import torch
 from torch import zeros as zeros_bound_before_enable
 
 import torchdevice
-from torchdevice import net
+from torchdevice.patches import net
 from torchdevice.transfers import standing
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import net
+from torchdevice.patches import net
 
 pytestmark = [
     pytest.mark.gpu,

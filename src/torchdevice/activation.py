@@ -1,10 +1,11 @@
 """Switching redirection on and off: ``enable``, ``disable``, ``redirect``.
 
 Activation is process-wide: the function mode is pushed on the calling thread
-and carried into other threads by :mod:`torchdevice.threads`; the ``torch.load`` /
-``torch.Generator`` wrappers and the ``torch.cuda`` facade are module-level. One lock
-serialises every change, so concurrent ``enable``/``disable`` calls leave a consistent
-state.
+and carried into other threads by :mod:`torchdevice.patches.threads`; everything else it
+changes in torch and the standard library is an entry of
+:data:`torchdevice.patches.INSTALL_ORDER`, which activation walks, and which the
+:mod:`~torchdevice.ledger` undoes. One lock serialises every change, so concurrent
+``enable``/``disable`` calls leave a consistent state.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, net, patches, threads
+from torchdevice import ledger, mode, patches
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
 from torchdevice.intercepts import build_table
-from torchdevice.logs import attribute_warnings, configure_logging, logger
+from torchdevice.logs import configure_logging, logger
+from torchdevice.patches import threads
 from torchdevice.reporting import MigrationReport
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
@@ -57,7 +57,7 @@ _mode: mode.DeviceMode | None = None
 _options: dict[str, Any] = {}
 
 #: Ledger group of the environment variables exported for child processes.
-ENV_GROUP = "child environment"
+ENV_GROUP = patches.ENV_GROUP
 #: Settings field -> the environment variable that carries it to child processes.
 _FIELD_VARS = {field: variable for variable, field in ENV_VARS.items()}
 
@@ -68,37 +68,6 @@ def _resolve_host(setting: Host | HostChoice | None) -> Host:
     if setting is not None:
         return forced_host(setting)  # the settings model already checked it can be
     return probe_host()
-
-
-def _facade() -> ModuleType:
-    """The facade package, imported on first activation (it pulls in psutil)."""
-    from torchdevice import facade  # noqa: PLC0415 - keeps `import torchdevice` light
-
-    return facade
-
-
-def _amp() -> ModuleType:
-    """The autocast/GradScaler rewrite (a facade module: imported with the facade)."""
-    from torchdevice.facade import amp  # noqa: PLC0415 - keeps `import torchdevice` light
-
-    return amp
-
-
-def _install_distributed() -> None:
-    """The ``torch.distributed`` wrappers (NCCL -> gloo, DDP, staging), where torch has it."""
-    import torch.distributed  # noqa: PLC0415 - torch has imported it already
-
-    if torch.distributed.is_available():
-        from torchdevice import distributed  # noqa: PLC0415 - keeps `import torchdevice` light
-
-        distributed.install()
-
-
-def _install_data_parallel() -> None:
-    """``nn.DataParallel`` as on a one-GPU machine, off CUDA hosts."""
-    from torchdevice import data_parallel  # noqa: PLC0415 - keeps `import torchdevice` light
-
-    data_parallel.install()
 
 
 def current_runtime() -> Runtime | None:
@@ -134,7 +103,7 @@ def _export_environment(runtime: Runtime, options: dict[str, Any]) -> None:
     in the ledger, so ``disable()`` restores the variables.
     """
     ledger.undo(ENV_GROUP)
-    ledger.set_env(ENV_GROUP, "ACTIVATE_TORCH_DEVICE", "1")
+    ledger.set_env(ENV_GROUP, patches.ACTIVATE_VAR, "1")
     for name, value in options.items():
         variable = _FIELD_VARS.get(name)
         text = None if variable is None or value is None else _env_value(name, value, runtime.host)
@@ -199,48 +168,21 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         if accelerator is None
         else Fallback(runtime, accelerator.type, enabled=runtime.settings.fallback)
     )
+    installing = patches.Activation(runtime, _enter_current_thread, mode.remove_all, _own_report)
     if _mode is None:
         _watch_forks()
         new_mode = mode.DeviceMode(runtime, table, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options
-        threads.install(_enter_current_thread, mode.remove_all)
-        _enter_current_thread()
-        patches.install()
-        attribute_warnings()
-        _amp().install()  # autocast and GradScaler on the real device type, every host
-        _observe_native_fallback(runtime)
-        _share_accelerator_tensors(accelerator)
-        _facade().install()  # per host: torch.cuda off CUDA, torch.mps off MPS
-        net.install()  # below the mode: what reaches the dispatcher unseen (TorchScript)
-        report_parts.start(_own_report)  # one report for the run's processes
-        _install_distributed()
-        _install_data_parallel()
+        patches.install(installing, first=True)  # the threads' entry enters this thread
         return
     runtime_module.set_active(runtime)
     _options = options
     _mode.runtime = runtime
     _mode.table = table
     _mode.fallback = fallback
-    _observe_native_fallback(runtime)
-    _share_accelerator_tensors(accelerator)
     _enter_current_thread()
-    _facade().install()  # adapts the facades to the new host
-
-
-def _share_accelerator_tensors(accelerator: torch.device | None) -> None:
-    """Let tensors of an accelerator without IPC (MPS) cross process boundaries."""
-    from torchdevice import sharing  # noqa: PLC0415 - keeps `import torchdevice` light
-
-    sharing.install(None if accelerator is None else accelerator.type)
-
-
-def _observe_native_fallback(runtime: Runtime) -> None:
-    """Count PyTorch's own MPS fallbacks in the report on MPS hosts (none elsewhere)."""
-    if runtime.host.kind == "mps":
-        fallback_module.observe_native()
-    else:
-        ledger.undo(fallback_module.NATIVE_GROUP)
+    patches.install(installing, first=False)  # adapts what follows the host to the new one
 
 
 def enable(**options: Unpack[Options]) -> None:

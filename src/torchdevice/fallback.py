@@ -29,28 +29,24 @@ from __future__ import annotations
 import re
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from torchdevice import ledger
 from torchdevice.policy import is_inplace
 from torchdevice.reporting.recorder import api_name
-from torchdevice.runtime import Runtime, active
+from torchdevice.runtime import Runtime
 
 __all__ = [
     "CAPABILITY_ERRORS",
     "CAPABILITY_ERROR_TYPES",
-    "NATIVE_GROUP",
     "NEVER_RERUN",
     "CapabilityError",
     "Fallback",
     "Unsupported",
     "is_capability_error",
-    "observe_native",
 ]
 
 
@@ -327,36 +323,3 @@ def fallback_hint(error: BaseException) -> None:
             "torchdevice: this op is not supported on the device; enable(fallback=True) "
             "(or TORCHDEVICE_FALLBACK=1) reruns such ops on the CPU."
         )
-
-
-# -- PyTorch's own MPS fallback -----------------------------------------------------------
-# With PYTORCH_ENABLE_MPS_FALLBACK=1 (read by torch at import; `python -m torchdevice` sets
-# it on macOS before torch loads) torch reruns unsupported MPS ops on the CPU itself,
-# backward ops included, and says so once per op in a UserWarning. Those ops never raise,
-# so the report learns of them from the warning.
-_NATIVE = re.compile(
-    r"The operator '(?P<op>[\w:.]+)' is not currently supported on the MPS backend and "
-    r"will fall back to run on the CPU"
-)
-#: The ledger group of the ``warnings.showwarning`` wrapper.
-NATIVE_GROUP = "native MPS fallback observer"
-
-
-def observe_native() -> None:
-    """Count torch's native MPS fallbacks in the migration report (wraps showwarning).
-
-    Idempotent; the wrapper leaves through the ledger (``disable()``, or
-    ``ledger.undo(NATIVE_GROUP)`` when the host stops being an MPS host).
-    """
-    if ledger.has(NATIVE_GROUP):
-        return
-    original = warnings.showwarning
-
-    def showwarning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
-        match = _NATIVE.search(str(message))
-        rt = active()
-        if match is not None and rt is not None:
-            rt.note_event("fallback", match["op"], "mps", "cpu", "PyTorch's MPS fallback (native)")
-        original(message, category, *args, **kw)
-
-    ledger.set_attr(NATIVE_GROUP, warnings, "showwarning", showwarning)

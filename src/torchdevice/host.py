@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final, Literal, get_args
 
+from torchdevice import extra_backends
+
 __all__ = [
     "HOST_CHOICES",
     "HOST_KINDS",
@@ -30,7 +32,8 @@ __all__ = [
 
 HostKind = Literal["cpu", "mps", "cuda"]
 #: What a user can force (``--host``, ``TORCHDEVICE_HOST``): a host kind, or the simulated
-#: MPS host, which any machine with a C++ compiler can be (:mod:`torchdevice.testing`).
+#: MPS host, which any machine with a C++ compiler can be (an extra backend:
+#: :mod:`torchdevice.extra_backends`).
 HostChoice = Literal[HostKind, "simulated-mps"]
 SIMULATED_MPS: Final = "simulated-mps"
 #: The host kinds and the forcible choices, as values (the one spelling is the types').
@@ -54,8 +57,9 @@ class Host:
     kind: HostKind
     cuda_device_count: int = 0
     device_names: tuple[str, ...] = field(default=())
-    #: The torch device type the accelerator's tensors use, when it is not ``kind``: a
-    #: simulated MPS host (``torchdevice.testing``) keeps its tensors on ``simgpu``.
+    #: The torch device type the accelerator's tensors use, when it is not ``kind``: the
+    #: device type of an extra backend (:mod:`torchdevice.extra_backends`), such as the
+    #: simulated MPS device's ``simgpu``.
     device_type: str | None = None
 
     def __post_init__(self) -> None:
@@ -96,7 +100,7 @@ class Host:
 
     @classmethod
     def simulated(cls, device_type: str) -> Host:
-        """An MPS host whose accelerator is the simulated backend ``device_type``.
+        """An MPS host whose accelerator is the extra backend ``device_type``.
 
         The policy treats it as MPS (one device, CUDA requests land on it, float64 narrows);
         tensors really live on ``device_type``, which really lacks some ops.
@@ -144,20 +148,21 @@ def forced_host(kind: HostChoice) -> Host:
     """The host to act as when ``kind`` is forced (``--host``, ``TORCHDEVICE_HOST``).
 
     Only a host the machine can be: every machine is a CPU host; an MPS or CUDA host
-    needs that device, except that an MPS host runs on the simulated accelerator when
-    one is registered (``torchdevice.testing.register()``). ``"simulated-mps"`` registers
-    the simulated accelerator (building its C++ half on first use) and runs on it. Raises
-    ``ValueError``, naming what the machine has and what to do, for any other.
+    needs that device, except that an MPS host runs on an extra backend standing for MPS
+    when one has started (the simulated accelerator, after ``torchdevice.testing.register()``).
+    A choice that is an extra backend's (``"simulated-mps"``) starts it (the simulated
+    device builds its C++ half on first use) and runs on it. Raises ``ValueError``, naming
+    what the machine has and what to do, for any other. Extra backends are found through
+    :mod:`torchdevice.extra_backends`, which they announce themselves to.
     """
     if kind == "cpu":
         return Host.cpu()
-    if kind == SIMULATED_MPS:
-        return _simulated_mps()
+    if kind not in HOST_KINDS:
+        return _extra_backend_host(kind)
     real = probe_host()
     if real.kind == kind:
         return real
-    simulated = sys.modules.get("torchdevice.testing.simulated")
-    name = None if simulated is None else simulated.registered_name()
+    name = extra_backends.running(kind)
     if kind == "mps" and name is not None:
         return Host.simulated(name)
     device = {"mps": "an Apple GPU (MPS)", "cuda": "a CUDA GPU"}[kind]
@@ -168,18 +173,18 @@ def forced_host(kind: HostChoice) -> Host:
     )
 
 
-def _simulated_mps() -> Host:
-    """The simulated MPS host, registering its device in this process if need be.
+def _extra_backend_host(choice: str) -> Host:
+    """The host of an extra backend (``"simulated-mps"``), starting it in this process if
+    need be.
 
-    Imported here, lazily: only a process that asks for this host loads the testing
-    package and its C++ half. A device already registered under another name is reused.
+    Its provider is imported lazily, by the registry: only a process that asks for this
+    host loads it (the simulated device's C++ half). A device already registered under
+    another name is reused.
     """
-    from torchdevice.testing import simulated  # noqa: PLC0415 - only when asked for
-
     try:
-        name = simulated.registered_name() or simulated.register()
+        name = extra_backends.start(choice)
     except RuntimeError as error:  # no compiler, another PrivateUse1 backend...
-        raise ValueError(f"host {SIMULATED_MPS!r} cannot start: {error}") from None
+        raise ValueError(f"host {choice!r} cannot start: {error}") from None
     return Host.simulated(name)
 
 

@@ -11,7 +11,9 @@ facade's group here too.
 
 Each change belongs to a *group* (a short name such as ``"cuda facade"``), which is what
 installers ask about (:func:`has`) to stay idempotent. The test suite's pristine check
-reads :func:`changes`: a change recorded and never undone shows up there.
+reads :func:`changes`: a change recorded and never undone shows up there. Each installer
+also declares the :class:`Place` objects it changes (``torchdevice.patches.INSTALL_ORDER``),
+described as its changes are here, so the pristine check reads every one of them back.
 
 This module imports nothing from torchdevice: every layer may record through it.
 """
@@ -27,9 +29,13 @@ from typing import Any, Final
 __all__ = [
     "ABSENT",
     "Change",
+    "Place",
+    "attr_place",
     "changes",
+    "env_place",
     "has",
     "hook",
+    "item_place",
     "set_attr",
     "set_env",
     "set_item",
@@ -58,12 +64,42 @@ class Change:
     undo: Callable[[], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Something an installer changes: ``what`` as its :class:`Change` says, and ``read``,
+    which returns what is there now (``None``: nothing outside torchdevice to read back,
+    the ledger is the only record)."""
+
+    what: str
+    read: Callable[[], object] | None
+
+
 _lock = threading.RLock()
 _changes: list[Change] = []
 
 
 def _describe(owner: object) -> str:
     return str(getattr(owner, "__qualname__", None) or getattr(owner, "__name__", None) or owner)
+
+
+def attr_place(owner: object, name: str) -> Place:
+    """The place :func:`set_attr` changes: ``owner.name`` in the owner's own ``__dict__``."""
+
+    def read() -> object:
+        namespace = getattr(owner, "__dict__", None)
+        return namespace.get(name, ABSENT) if namespace is not None else getattr(owner, name)
+
+    return Place(f"{_describe(owner)}.{name}", read)
+
+
+def item_place(mapping: MutableMapping[str, Any], key: str) -> Place:
+    """The place :func:`set_item` changes: ``mapping[key]``."""
+    return Place(f"[{key!r}]", lambda: mapping.get(key, ABSENT))
+
+
+def env_place(name: str) -> Place:
+    """The place :func:`set_env` changes: the environment variable ``name``."""
+    return Place(f"${name}", lambda: os.environ.get(name))
 
 
 def set_attr(group: str, owner: object, name: str, value: Any) -> None:

@@ -18,8 +18,9 @@
   (:func:`at_site`), so a format with ``%(filename)s:%(lineno)d`` names the user's line,
   not this package's.
 * A warning torch raises while a handler runs the user's call (a deprecation, a beta
-  feature) names the user's line too (:func:`attribute_warnings`), as it does natively,
-  where torch warns from the user's frame.
+  feature) names the user's line too, as it does natively, where torch warns from the
+  user's frame: that hook changes the standard library, so it lives with the other
+  patches (:func:`torchdevice.patches.warning_hooks.attribute_warnings`).
 
 Everything here that changes the process goes through the :mod:`~torchdevice.ledger`.
 """
@@ -27,16 +28,14 @@ Everything here that changes the process goes through the :mod:`~torchdevice.led
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import warnings
-from typing import Any, Final
+from typing import Final
 
-from torchdevice import callsite, ledger
+from torchdevice import ledger
 from torchdevice.callsite import CallSite
 
 __all__ = [
-    "GROUP", "LAUNCHER_GROUP", "at_site", "attribute_warnings", "configure_logging",
+    "GROUP", "LAUNCHER_GROUP", "at_site", "configure_logging",
     "fallback_logger", "logger", "redirects_logger", "report_logger", "show_on_stderr",
     "threads_logger",
 ]  # fmt: skip
@@ -48,10 +47,8 @@ fallback_logger = logging.getLogger("torchdevice.fallback")
 report_logger = logging.getLogger("torchdevice.report")
 threads_logger = logging.getLogger("torchdevice.threads")
 
-#: The ledger group of what this module changes (the level, a handler, the warning hook).
+#: The ledger group of what this module changes (the level, a handler).
 GROUP: Final = "logging"
-
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class _StderrUntilConfigured(logging.StreamHandler):  # type: ignore[type-arg]
@@ -132,30 +129,3 @@ def at_site(
         to.name, level, site.filename, site.lineno, message, args, None, site.function
     )
     to.handle(record)
-
-
-def attribute_warnings() -> None:
-    """Make warnings raised inside torchdevice's handlers name the user's line.
-
-    torch warns from C++ at the innermost Python frame, which under redirection is the
-    handler that made the call for the user. Python hands every warning to
-    ``warnings._showwarnmsg`` (also under ``catch_warnings(record=True)``, which pytest
-    uses); the hook moves a warning located in this package to the first user frame
-    before it is shown or recorded. Limits: the once-per-location filter has already
-    keyed the warning on the handler's line, so the same message from two user lines is
-    shown once, not twice.
-    """
-    if ledger.has(GROUP + ": warnings"):
-        return
-    original = warnings._showwarnmsg  # type: ignore[attr-defined]
-
-    def showwarnmsg(message: Any) -> None:
-        if str(message.filename).startswith(_OWN_DIR):
-            frame = callsite.user_frame(1)
-            if frame is not None:
-                message.filename = frame.f_code.co_filename
-                message.lineno = frame.f_lineno
-                message.line = None  # read from the user's file when formatted
-        original(message)
-
-    ledger.set_attr(GROUP + ": warnings", warnings, "_showwarnmsg", showwarnmsg)

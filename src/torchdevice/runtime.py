@@ -232,7 +232,7 @@ class Runtime:
             # activation) is live, and torch.device itself dispatches to modes.
             device_type = spec.type
             if self.host.device_type is not None and device_type == self.host.kind:
-                device_type = self.host.device_type  # a simulated accelerator
+                device_type = self.host.device_type  # an extra backend's
             with torch._C.DisableTorchFunction():
                 if spec.index is None or device_type == "cpu":
                     device = torch.device(device_type)

@@ -5,6 +5,7 @@ The ``torch.cuda`` facade is installed as ``sys.modules["torch.cuda"]`` and ``to
 on hosts without CUDA, and put back exactly on disable. This package holds it and what it
 is made of, one small module per kind of answer (most of them serve ``torch.mps`` too):
 
+* :mod:`~torchdevice.facade.cuda`: the ``torch.cuda`` facade, assembled from the others;
 * :mod:`~torchdevice.facade.devices`: availability, device selection, properties, RNG;
 * :mod:`~torchdevice.facade.properties`: the real device's properties under CUDA's names;
 * :mod:`~torchdevice.facade.memory` and :mod:`~torchdevice.facade.streams` (streams,
@@ -13,7 +14,6 @@ is made of, one small module per kind of answer (most of them serve ``torch.mps`
   :mod:`~torchdevice.facade.nvtx`;
 * :mod:`~torchdevice.facade.device_only`: features one device alone has (CUDA graphs,
   IPC, NCCL, Metal captures...), each a clear error;
-* :mod:`~torchdevice.facade.amp`: autocast and GradScaler on the real device type;
 * :mod:`~torchdevice.facade.mps`: the ``torch.mps`` facade, the other direction;
 * :mod:`~torchdevice.facade.real_device`: the device that answers;
 * :mod:`~torchdevice.facade.modules`: module objects that stand in for torch's, and
@@ -24,7 +24,7 @@ Every other name is looked up on the real module.
 Submodules import through it: ``torch.cuda.random``, ``.memory``, ``.streams``, ``.nvtx``,
 ``.graphs``, ``.jiterator``, ``.nccl``, ``.comm``, ``.profiler`` are facades too, swapped
 into ``sys.modules`` alongside; ``torch.cuda.amp`` is the real package, whose autocast and
-GradScaler :mod:`~torchdevice.facade.amp` rewrites to the real device type.
+GradScaler :mod:`torchdevice.patches.amp` rewrites to the real device type.
 
 :func:`install` also puts the ``torch.mps`` facade in place on hosts without MPS
 (:mod:`~torchdevice.facade.mps`), and the ``torch.accelerator`` one on CPU-only hosts
@@ -41,174 +41,33 @@ while redirecting still compiles natively afterwards.
 
 from __future__ import annotations
 
-import functools
 import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from torchdevice import ledger
-from torchdevice.facade import (
-    accelerator,
-    device_only,
-    devices,
-    legacy_types,
-    memory,
-    modules,
-    mps,
-    nvtx,
-    real_device,
-    streams,
+from torchdevice.facade import accelerator, cuda, modules, mps, real_device
+from torchdevice.facade.cuda import (
+    _ORIGINAL_GET_DEVICE_MODULE,
+    _clear_device_module_cache,
+    build_cuda_facade,
+    get_device_module,
 )
 from torchdevice.facade.modules import FacadeModule
-from torchdevice.facade.reporting import reported_namespace
 from torchdevice.runtime import active
 
-__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed"]
+__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed", "places"]
 
 _REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
-
-_DEVICE_NAMES = (
-    "is_available", "is_initialized", "init", "_lazy_init", "device_count",
-    "current_device", "set_device", "_get_device_index", "_exchange_device",
-    "_maybe_exchange_device", "device", "device_of", "get_device_name",
-    "get_device_properties", "get_device_capability", "is_bf16_supported",
-    "is_tf32_supported", "is_current_stream_capturing", "ipc_collect", "utilization",
-    "temperature", "power_draw", "clock_rate", "memory_usage", "device_memory_used",
-)  # fmt: skip
-_RNG_NAMES = (
-    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
-    "set_rng_state", "get_rng_state_all", "set_rng_state_all",
-)  # fmt: skip
-_MEMORY_NAMES = tuple(n for n in memory.__all__ if n not in ("MemoryTracker", "tracker"))
-_STREAM_NAMES = tuple(streams.__all__)
-_NVTX_NAMES = ("mark", "range", "range_end", "range_pop", "range_push", "range_start")
-_ALLOCATOR_NAMES = (
-    "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
-    "use_mem_pool", "memory_snapshot",
-)  # fmt: skip
-
-
-def _pick(module: types.ModuleType, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(module, name) for name in names}
-
-
-def _unsupported_everywhere(prefix: str) -> Callable[[str], Any]:
-    """For modules that are CUDA-only as a whole: every public name raises when called."""
-
-    def fallback(name: str) -> Any:
-        return device_only.unsupported(f"{prefix}.{name}", prefix)
-
-    return fallback
-
-
-def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
-    """The ``torch.cuda`` facade and its submodule facades (keyed by full name)."""
-    rng = _pick(devices, _RNG_NAMES)
-    default_generators = {"default_generators": devices.default_generators}
-    allocator: dict[str, Any] = {name: device_only.unsupported(f"torch.cuda.{name}")
-                                 for name in _ALLOCATOR_NAMES}  # fmt: skip
-    allocator.update(
-        CUDAPluggableAllocator=device_only.CUDAPluggableAllocator, MemPool=device_only.MemPool
-    )
-    graphs = {
-        "CUDAGraph": device_only.CUDAGraph,
-        "graph": device_only.graph,
-        "make_graphed_callables": device_only.unsupported("torch.cuda.make_graphed_callables"),
-        "graph_pool_handle": device_only.unsupported("torch.cuda.graph_pool_handle"),
-        "is_current_stream_capturing": devices.is_current_stream_capturing,
-    }
-    memory_private = {
-        name: device_only.unsupported(f"torch.cuda.memory.{name}")
-        for name in ("_record_memory_history", "_snapshot", "_dump_snapshot")
-    }
-    real_sub = _REAL_CUDA.__dict__
-    subs = {
-        "random": FacadeModule("torch.cuda.random", real_sub.get("random"), rng,
-                               dynamic=default_generators),
-        "memory": FacadeModule(
-            "torch.cuda.memory", real_sub.get("memory"),
-            {**_pick(memory, _MEMORY_NAMES), **allocator, **memory_private},
-        ),
-        "streams": FacadeModule("torch.cuda.streams", real_sub.get("streams"),
-                                _pick(streams, ("Stream", "Event", "ExternalStream"))),
-        "nvtx": FacadeModule("torch.cuda.nvtx", real_sub.get("nvtx"),
-                             _pick(nvtx, _NVTX_NAMES)),
-        "profiler": FacadeModule("torch.cuda.profiler", real_sub.get("profiler"),
-                                 _pick(nvtx, ("start", "stop", "profile"))),
-        "graphs": FacadeModule("torch.cuda.graphs", real_sub.get("graphs"), graphs),
-        "jiterator": FacadeModule("torch.cuda.jiterator", real_sub.get("jiterator"), {
-            name: device_only.unsupported(f"torch.cuda.jiterator.{name}")
-            for name in ("_create_jit_fn", "_create_multi_output_jit_fn")
-        }),
-        "nccl": FacadeModule("torch.cuda.nccl", None,
-                             {"is_available": device_only.nccl_is_available},
-                             fallback=_unsupported_everywhere("torch.cuda.nccl")),
-        "comm": FacadeModule("torch.cuda.comm", None, {},
-                             fallback=_unsupported_everywhere("torch.cuda.comm")),
-        "_utils": FacadeModule("torch.cuda._utils", real_sub.get("_utils"),
-                               {"_get_device_index": devices._get_device_index}),
-    }  # fmt: skip
-    namespace: dict[str, Any] = {}
-    namespace.update(_pick(devices, _DEVICE_NAMES))
-    namespace.update(rng)
-    namespace.update(_pick(memory, _MEMORY_NAMES))
-    namespace.update(_pick(streams, _STREAM_NAMES))
-    namespace.update(legacy_types.legacy_types())
-    namespace.update(allocator)
-    namespace.update(graphs)
-    namespace["cudart"] = device_only.unsupported("torch.cuda.cudart")
-    wrapped: dict[int, Any] = {}  # ids of the wrapped objects are kept alive by namespace
-    namespace = reported_namespace("torch.cuda", namespace, wrapped)
-    for name, sub in subs.items():
-        own = {key: value for key, value in sub.__dict__.items() if not key.startswith("__")}
-        sub.__dict__.update(reported_namespace(f"torch.cuda.{name}", own, wrapped))
-    namespace.update(subs)
-    cuda = FacadeModule("torch.cuda", _REAL_CUDA, namespace, dynamic=default_generators)
-    return cuda, {f"torch.cuda.{name}": module for name, module in subs.items()}
 
 
 #: The ledger groups: the ``torch.cuda`` facade (undone alone when the host becomes a CUDA
 #: host), and the repair of modules imported while any facade was in place (recorded
 #: first, so undone last, after every facade has left).
-CUDA_GROUP = "cuda facade"
+CUDA_GROUP = cuda.GROUP
 GROUP = "facades"
 #: Every facade module put in place during this activation, for the repair.
 _placed: list[FacadeModule] = []
-_ORIGINAL_GET_DEVICE_MODULE = torch.get_device_module
-
-
-def _clear_device_module_cache() -> None:
-    """``torch.get_device_module`` caches ``getattr(torch, "cuda")``: forget it."""
-    cache_clear = getattr(_ORIGINAL_GET_DEVICE_MODULE, "cache_clear", None)
-    if cache_clear is not None:
-        cache_clear()
-
-
-@functools.wraps(_ORIGINAL_GET_DEVICE_MODULE)
-def get_device_module(device: Any = None) -> Any:
-    """``torch.get_device_module`` reading device names natively.
-
-    It parses its argument with ``torch.device``, which the function mode redirects: the
-    CUDA-first ``torch.get_device_module("cuda")`` (``fork_rng`` asks it) would get
-    ``torch.cpu``, which has no RNG functions. Parsed natively, "cuda" names the facade,
-    which answers from the real device.
-    """
-    with torch._C.DisableTorchFunction():
-        return _ORIGINAL_GET_DEVICE_MODULE(device)
-
-
-def _install_cuda() -> None:
-    if ledger.has(CUDA_GROUP):
-        return
-    cuda, subs = build_cuda_facade()
-    _placed.extend([cuda, *subs.values()])
-    modules.place(CUDA_GROUP, "torch.cuda", cuda, torch, "cuda")
-    ledger.set_attr(CUDA_GROUP, torch, "get_device_module", get_device_module)
-    for key, module in subs.items():
-        modules.place(CUDA_GROUP, key, module)
 
 
 def install() -> None:
@@ -227,7 +86,7 @@ def install() -> None:
     if kind == "cuda":
         ledger.undo(CUDA_GROUP)
     else:
-        _install_cuda()
+        _placed.extend(cuda.install())
     if kind == "mps":
         ledger.undo(mps.GROUP)
     else:
@@ -292,3 +151,13 @@ def _adopt_submodules() -> None:
 def installed() -> bool:
     """Whether ``torch.cuda`` is the facade now."""
     return sys.modules.get("torch.cuda") is not _REAL_CUDA
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` may change on some host, for the pristine check."""
+    return (
+        ledger.Place("torch modules imported under a facade", None),
+        *cuda.places(),
+        *mps.places(),
+        *accelerator.places(),
+    )

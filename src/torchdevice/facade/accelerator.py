@@ -17,6 +17,7 @@ answer is already the device requests land on.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,7 +28,7 @@ from torchdevice import ledger
 from torchdevice.facade import devices, memory, modules, mps, streams
 from torchdevice.facade.modules import FacadeModule
 
-__all__ = ["GROUP", "current_accelerator", "install", "is_available"]
+__all__ = ["GROUP", "current_accelerator", "install", "is_available", "places"]
 
 REAL_ACCELERATOR = torch.accelerator
 
@@ -128,3 +129,11 @@ def install() -> tuple[FacadeModule, ...]:
     module = _build()
     modules.place(GROUP, "torch.accelerator", module, torch, "accelerator")
     return (module,)
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` changes, for the pristine check."""
+    return (
+        ledger.attr_place(torch, "accelerator"),
+        ledger.item_place(sys.modules, "torch.accelerator"),
+    )

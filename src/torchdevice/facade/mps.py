@@ -39,7 +39,7 @@ from torchdevice.facade.modules import FacadeModule
 from torchdevice.facade.reporting import reported_namespace
 from torchdevice.facade.streams import Event as _Event
 
-__all__ = ["GROUP", "Event", "install", "installed", "written_for"]
+__all__ = ["GROUP", "Event", "install", "installed", "places", "written_for"]
 
 REAL_MPS = real_device.REAL_MPS
 REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
@@ -311,3 +311,15 @@ def install() -> tuple[FacadeModule, ...]:
 def installed() -> bool:
     """Whether ``torch.mps`` is the facade now."""
     return isinstance(torch.mps, FacadeModule)
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` changes, for the pristine check."""
+    return (
+        ledger.attr_place(torch, "mps"),
+        ledger.item_place(sys.modules, "torch.mps"),
+        ledger.item_place(sys.modules, "torch.mps.event"),
+        ledger.item_place(sys.modules, "torch.mps.profiler"),
+        ledger.attr_place(torch.backends, "mps"),
+        ledger.item_place(sys.modules, "torch.backends.mps"),
+    )

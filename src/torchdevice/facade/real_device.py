@@ -301,8 +301,8 @@ class CudaDevice(RealDevice):
 
 
 class ModuleDevice(CpuDevice):
-    """A backend registered at run time (``torch._register_device_module``), such as
-    :mod:`torchdevice.testing`'s simulated accelerator.
+    """A backend registered at run time (``torch._register_device_module``): an extra
+    backend (:mod:`torchdevice.extra_backends`), whichever provides it.
 
     Its device module answers what it implements (``synchronize``, ``default_generator``,
     ``memory_allocated``...); the rest is the host's, which is where such backends keep

@@ -9,11 +9,15 @@ cached (:mod:`torchdevice.testing.native`). Users choose it as ``host="simulated
 :mod:`torchdevice.testing.simulated` for what it implements and how.
 
 This package is not imported by ``import torchdevice``: registering a backend is
-process-global and permanent, so only code that asks for it gets it.
+process-global and permanent, so only code that asks for it gets it. Importing it announces
+the simulated device to the host probe (:mod:`torchdevice.extra_backends`), the one seam
+between the core and this package: the core never calls into it by name.
 """
 
 from __future__ import annotations
 
+from torchdevice import extra_backends
+from torchdevice.host import SIMULATED_MPS
 from torchdevice.testing.simulated import (
     DEFAULT_NAME,
     is_registered,
@@ -33,3 +37,16 @@ __all__ = [
     "registered_overloads",
     "supported_ops",
 ]
+
+
+def _start() -> str:
+    """The simulated device's type, registering it in this process if need be (a device
+    already registered under another name is reused)."""
+    return registered_name() or register()
+
+
+extra_backends.announce(
+    extra_backends.ExtraBackend(
+        choice=SIMULATED_MPS, stands_for="mps", start=_start, device_type=registered_name
+    )
+)

@@ -27,7 +27,7 @@ import torch
 
 from torchdevice import ledger
 
-__all__ = ["GROUP", "install"]
+__all__ = ["GROUP", "install", "places"]
 
 #: Ledger group of the reductions installed here.
 GROUP = "accelerator tensor sharing"
@@ -99,3 +99,15 @@ def _rebuild(
     if cls is torch.nn.Parameter:
         return torch.nn.Parameter(tensor, requires_grad=requires_grad)
     return tensor.requires_grad_(requires_grad)
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` changes, for the pristine check."""
+    return tuple(_reducer_place(cls) for cls in (torch.Tensor, torch.nn.Parameter))
+
+
+def _reducer_place(cls: type) -> ledger.Place:
+    def read() -> object:
+        return ForkingPickler._extra_reducers.get(cls)  # type: ignore[attr-defined]  # see install
+
+    return ledger.Place(f"ForkingPickler reducer of {cls.__name__}", read)

@@ -46,7 +46,7 @@ from torchdevice.policy import pins
 from torchdevice.runtime import Runtime, active
 from torchdevice.transfers import mark_placed
 
-__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed"]
+__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "places"]
 
 #: Ledger group of the net's registrations.
 GROUP: Final = "dispatcher net"
@@ -188,3 +188,18 @@ def _narrowed(rt: Runtime, target: torch.device, op: str) -> torch.dtype:
         "MPS has no float64: float32 on the device",
     )  # fmt: skip
     return torch.float32
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """What :func:`install` changes, for the pristine check: the kernels on the keys this
+    build lacks (described as the ledger does, so asked before the net is installed)."""
+    missing = dispatch_keys()
+
+    def read() -> object:
+        return tuple(
+            torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key)
+            for key in _DEVICE_TYPES
+            for op in OPS
+        )
+
+    return (ledger.Place(f"aten allocation kernels for {', '.join(missing)}", read),)

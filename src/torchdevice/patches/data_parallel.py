@@ -26,7 +26,7 @@ from torch.nn.parallel import DataParallel, scatter_gather
 from torchdevice import ledger
 from torchdevice.runtime import active
 
-__all__ = ["GROUP", "install"]
+__all__ = ["GROUP", "install", "places"]
 
 #: The ledger group of these wrappers.
 GROUP = "data_parallel"
@@ -126,3 +126,12 @@ def install() -> None:
     # The module global that scatter_kwargs (DataParallel.scatter, data_parallel) calls.
     ledger.set_attr(GROUP, scatter_gather, "scatter", _scatter)
     ledger.set_attr(GROUP, torch.nn.parallel, "data_parallel", _data_parallel)
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` changes, for the pristine check."""
+    return (
+        ledger.attr_place(DataParallel, "__init__"),
+        ledger.attr_place(scatter_gather, "scatter"),
+        ledger.attr_place(torch.nn.parallel, "data_parallel"),
+    )

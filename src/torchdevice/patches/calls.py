@@ -24,7 +24,7 @@ from torchdevice.policy import Standing
 from torchdevice.runtime import Runtime, active
 from torchdevice.transfers import device_object
 
-__all__ = ["GROUP", "install", "installed"]
+__all__ = ["GROUP", "REPLACEMENTS", "install", "installed"]
 
 _ORIGINAL_LOAD = torch.load
 _ORIGINAL_GENERATOR = torch.Generator
@@ -202,7 +202,7 @@ def rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) ->
 
 
 #: (owner, attribute, replacement): what :func:`install` puts in place.
-_REPLACEMENTS: tuple[tuple[Any, str, Any], ...] = (
+REPLACEMENTS: tuple[tuple[Any, str, Any], ...] = (
     (torch, "load", load),
     (torch.serialization, "load", load),
     (torch, "Generator", Generator),
@@ -225,7 +225,7 @@ def install() -> None:
     for the activation at each call. ``disable()`` takes them out through the ledger."""
     if ledger.has(GROUP):
         return
-    for owner, name, replacement in _REPLACEMENTS:
+    for owner, name, replacement in REPLACEMENTS:
         ledger.set_attr(GROUP, owner, name, replacement)
 
 

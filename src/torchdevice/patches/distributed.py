@@ -46,7 +46,7 @@ from torchdevice import ledger, nccl_forms
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
-__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "staging_device"]
+__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "places", "staging_device"]
 
 #: The ledger group of these wrappers.
 GROUP = "distributed"
@@ -539,3 +539,14 @@ def install() -> None:
     # Only the package's name: torch's own check (in distributed_c10d) must stay true.
     ledger.set_attr(GROUP, dist, "is_nccl_available", is_nccl_available)
     ledger.set_attr(GROUP, DistributedDataParallel, "__init__", _ddp_init)
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` changes, for the pristine check."""
+    names = ("init_process_group", "new_group", *_STAGED, "_coalescing_manager")
+    return (
+        *(ledger.attr_place(owner, name) for owner in (dist, c10d) for name in names),
+        *(ledger.attr_place(dist, name) for name in _ENTRY_POINTS),
+        ledger.attr_place(dist, "is_nccl_available"),
+        ledger.attr_place(DistributedDataParallel, "__init__"),
+    )

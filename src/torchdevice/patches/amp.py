@@ -25,7 +25,7 @@ import torch.amp.grad_scaler
 from torchdevice import ledger
 from torchdevice.runtime import active
 
-__all__ = ["GROUP", "install", "installed"]
+__all__ = ["GROUP", "install", "installed", "places"]
 
 _AUTOCAST = torch.amp.autocast_mode.autocast
 _SCALER = torch.amp.grad_scaler.GradScaler
@@ -79,3 +79,8 @@ def install() -> None:
 def installed() -> bool:
     """Whether the rewrite is in place."""
     return _AUTOCAST.__dict__["__init__"] is _autocast_init
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Everything :func:`install` changes, for the pristine check."""
+    return (ledger.attr_place(_AUTOCAST, "__init__"), ledger.attr_place(_SCALER, "__init__"))

@@ -1,0 +1,130 @@
+"""The install list (:data:`torchdevice.patches.INSTALL_ORDER`): every change activation makes
+is one of its entries' declared places, made in the list's order, and the pristine check
+reads every declared place back."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+import torchdevice
+from pristine import torch_is_pristine
+from torchdevice import Host, ledger, patches
+from torchdevice.patches import INSTALL_ORDER
+
+HOSTS = {"cpu": Host.cpu(), "mps": Host.mps(), "cuda": Host.cuda(2)}
+
+
+def _owner(group: str) -> patches.Patch:
+    """The entry of the install list whose changes are recorded under ``group``."""
+    owners = [patch for patch in INSTALL_ORDER if group in patch.groups]
+    assert len(owners) == 1, f"ledger group {group!r} belongs to {len(owners)} entries"
+    return owners[0]
+
+
+@pytest.mark.parametrize("kind", list(HOSTS))
+def test_every_change_is_a_declared_place_of_the_entry_that_made_it(kind: str) -> None:
+    """A new change that its installer does not declare fails here, so the pristine check
+    (which reads the declared places) cannot miss it."""
+    declared = {patch.name: {place.what for place in patch.places()} for patch in INSTALL_ORDER}
+    torchdevice.enable(host=HOSTS[kind], log_level="INFO", keep_cpu=True)
+    changes = ledger.changes()
+    torchdevice.disable()
+    assert changes, "enable() recorded nothing"
+    undeclared = [
+        f"{change.group}: {change.what}"
+        for change in changes
+        if change.what not in declared[_owner(change.group).name]
+    ]
+    assert undeclared == []
+
+
+def test_first_activation_installs_in_the_order_of_the_list() -> None:
+    torchdevice.enable(host=Host.mps(), log_level="INFO")
+    groups = [change.group for change in ledger.changes()]
+    torchdevice.disable()
+    positions = [INSTALL_ORDER.index(_owner(group)) for group in dict.fromkeys(groups)]
+    activation_entries = [i for i, patch in enumerate(INSTALL_ORDER) if patch.when != "settings"]
+    walked = [position for position in positions if position in activation_entries]
+    assert walked == sorted(walked)
+    # Every entry an MPS host needs (all but the CPU-only torch.accelerator facade) ran.
+    assert set(walked) == set(activation_entries)
+
+
+def test_a_reconfiguration_walks_only_the_entries_that_follow_the_host() -> None:
+    torchdevice.enable(host=Host.mps())
+    assert ledger.has("native MPS fallback observer")
+    assert not ledger.has("accelerator facade")
+    before = [c for c in ledger.changes() if _owner(c.group).when == "first"]
+    torchdevice.enable(host=Host.cpu())
+    after = [c for c in ledger.changes() if _owner(c.group).when == "first"]
+    assert not ledger.has("native MPS fallback observer")  # the MPS-only entry left
+    assert ledger.has("accelerator facade")  # the CPU-only one came
+    assert [c.what for c in after] == [c.what for c in before]  # the others stayed as made
+
+
+@contextmanager
+def _swap(owner: Any, name: str) -> Iterator[None]:
+    """Change ``owner.name`` behind the ledger's back, and put it back."""
+    native = owner.__dict__[name]
+    setattr(owner, name, lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        setattr(owner, name, native)
+
+
+@contextmanager
+def _set_level() -> Iterator[None]:
+    logger = logging.getLogger("torchdevice")
+    native = logger.level
+    logger.setLevel(logging.CRITICAL if native != logging.CRITICAL else logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.setLevel(native)
+
+
+@contextmanager
+def _set_env() -> Iterator[None]:
+    native = os.environ.pop("ACTIVATE_TORCH_DEVICE", None)
+    os.environ["ACTIVATE_TORCH_DEVICE"] = "1" if native != "1" else "0"
+    try:
+        yield
+    finally:
+        if native is None:
+            os.environ.pop("ACTIVATE_TORCH_DEVICE", None)
+        else:
+            os.environ["ACTIVATE_TORCH_DEVICE"] = native
+
+
+LEFT_IN_PLACE: dict[str, tuple[str, Callable[[], AbstractContextManager[None]]]] = {
+    "Module.cuda": ("Module.cuda", lambda: _swap(torch.nn.Module, "cuda")),
+    "Module.cpu": ("Module.cpu", lambda: _swap(torch.nn.Module, "cpu")),
+    "torch.range": ("torch.range", lambda: _swap(torch, "range")),
+    "nested_tensor": ("torch.nested.nested_tensor", lambda: _swap(torch.nested, "nested_tensor")),
+    "_rebuild_tensor": (
+        "torch._utils._rebuild_tensor",
+        lambda: _swap(torch._utils, "_rebuild_tensor"),
+    ),
+    "warnings hook": ("warnings._showwarnmsg", lambda: _swap(warnings, "_showwarnmsg")),
+    "logger level": ("the 'torchdevice' logger's level", _set_level),
+    "exported variable": ("$ACTIVATE_TORCH_DEVICE", _set_env),
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_IN_PLACE))
+def test_pristine_check_sees_a_change_made_without_the_ledger(case: str) -> None:
+    """The places the hand-written check used to miss, each changed behind the ledger."""
+    what, change = LEFT_IN_PLACE[case]
+    assert torch_is_pristine() == []
+    with change():
+        assert torch_is_pristine() == [f"{what} is not as native torch had it"]
+    assert torch_is_pristine() == []
