@@ -59,6 +59,16 @@ HERE = Path(__file__).resolve().parent
 #: function mode (the floor any mode pays, which PyTorch sets), per round (issue 21).
 OWN_LIMIT = 1.01
 
+#: The entry-points tier (``enable(intercept="entry-points")``, no function mode) is
+#: measured beside the mode in the same rounds; its acceptance limits per workload
+#: (issue 21, item 2). Reported beside the mode's targets, gated only by ``--check-entry``.
+ENTRY_LIMITS = {"training loop, eager": 1.03, "HF generate": 1.03, "redirected factory": 2.5}
+
+
+def enable_entry_points() -> None:
+    """Switch the entry-points tier on (the redirected side's other variant)."""
+    torchdevice.enable(intercept="entry-points")
+
 
 @dataclass
 class Result:
@@ -71,6 +81,7 @@ class Result:
     native: list[float] = field(default_factory=list)
     redirected: list[float] = field(default_factory=list)
     noop: list[float] = field(default_factory=list)  # native code under a do-nothing mode
+    entry: list[float] = field(default_factory=list)  # redirected, entry-points tier
     note: str = ""
 
     def ratios(self) -> list[float]:
@@ -90,6 +101,13 @@ class Result:
             noop = statistics.median(x / n for x, n in zip(self.noop, self.native, strict=True))
             own = statistics.median(r / x for r, x in zip(self.redirected, self.noop, strict=True))
         own_passed = own is None or not self.rate or own <= OWN_LIMIT
+        entry = entry_q = None
+        if self.entry:
+            entry_ratios = [e / n for e, n in zip(self.entry, self.native, strict=True)]
+            entry = statistics.median(entry_ratios)
+            entry_q = statistics.quantiles(entry_ratios, n=4, method="inclusive") if len(
+                entry_ratios) > 1 else entry_ratios * 2  # fmt: skip
+        entry_limit = ENTRY_LIMITS.get(self.name) if entry is not None else None
         return {
             "unit": self.unit,
             "noop_ratio": noop,
@@ -104,6 +122,12 @@ class Result:
             "rounds": len(ratios),
             "limit": self.limit,
             "passed": ratio <= self.limit and own_passed,
+            # the entry-points tier: redirected through the wrappers, no mode / native
+            "entry_ratio": entry,
+            "entry_p25": None if entry_q is None else entry_q[0],
+            "entry_p75": None if entry_q is None else entry_q[-1],
+            "entry_limit": entry_limit,
+            "entry_passed": None if entry_limit is None else entry <= entry_limit,
             "note": self.note,
         }
 
@@ -120,10 +144,12 @@ def alternate(
     rounds: int,
     sync: Callable[[], None] = no_sync,
 ) -> Result:
-    """Rounds of three blocks, order rotated each round: seconds per unit of each side.
+    """Rounds of four blocks, order rotated each round: seconds per unit of each side.
 
     The sides: the native code, the same code under a do-nothing function mode (what any
-    Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected.
+    Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected
+    by the function mode (the default tier), and the same redirected by the entry-points
+    tier (wrappers on the device-taking functions, no mode).
     ``sync`` runs before the timer starts and before it stops.
     """
     noop = Noop()
@@ -133,6 +159,7 @@ def alternate(
         (result.native, native, lambda: None, lambda: None),
         (result.noop, native, noop.__enter__, lambda: noop.__exit__(None, None, None)),
         (result.redirected, redirected, torchdevice.enable, torchdevice.disable),
+        (result.entry, redirected, enable_entry_points, torchdevice.disable),
     ]
 
     def block(
@@ -240,6 +267,34 @@ def generate(quick: bool, rounds: int, device: str) -> list[Result]:
     result.native = [s / new_tokens for s in result.native]
     result.redirected = [s / new_tokens for s in result.redirected]
     result.noop = [s / new_tokens for s in result.noop]
+    result.entry = [s / new_tokens for s in result.entry]
+    return [result]
+
+
+# -- redirected factory ---------------------------------------------------------------------
+def factory(quick: bool, rounds: int, device: str) -> list[Result]:
+    """Calls/s of a redirected ``torch.zeros(4, device="cuda")`` against native ``zeros(4)``.
+
+    ``overhead.py``'s factory case, measured here beside the workloads so that both tiers'
+    ratios come from one run (an MPS request on a CUDA host, as there).
+    """
+    request = "mps" if device == "cuda" else "cuda"
+    calls = 2_000 if quick else 5_000
+
+    def native(n: int) -> None:
+        zeros = torch.zeros
+        for _ in range(n * calls):
+            zeros(4)
+
+    def redirected(n: int) -> None:
+        zeros = torch.zeros  # read inside the block: the tier's wrapper while it is on
+        for _ in range(n * calls):
+            zeros(4, device=request)
+
+    result = alternate(Result("redirected factory", "calls/s", 2.5), native, redirected, 10, rounds)
+    for side in (result.native, result.redirected, result.noop, result.entry):
+        side[:] = [s / calls for s in side]
+    result.note = f'zeros(4, device="{request}") / native zeros(4); do-nothing: native code'
     return [result]
 
 
@@ -285,6 +340,7 @@ def dataloader(quick: bool, rounds: int, device: str) -> list[Result]:
     result.native = [s / batches for s in result.native]
     result.redirected = [s / batches for s in result.redirected]
     result.noop = [s / batches for s in result.noop]
+    result.entry = [s / batches for s in result.entry]
     result.note = f"start method {torch.multiprocessing.get_start_method()}"
     return [result]
 
@@ -424,6 +480,7 @@ WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
     "train-compiled": lambda q, r, d: compiled_training(q, r or (1 if q else 3), d),
     "generate": lambda q, r, d: generate(q, r or (6 if q else 21), d),
     "dataloader": lambda q, r, d: dataloader(q, r or (6 if q else 15), d),
+    "factory": lambda q, r, d: factory(q, r or (11 if q else 31), d),
     "ddp": lambda q, r, d: ddp(q, r or (1 if q else 3), d),
     "memory": lambda q, r, d: memory(q, r or (1 if q else 3), d),
 }
@@ -432,18 +489,26 @@ WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
 def markdown(summaries: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| workload | native | redirected | ratio (median, p25-p75) | do-nothing mode / native "
-        "| redirected / do-nothing mode (target) | rounds | target | result |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| redirected / do-nothing mode (target) | rounds | target | result "
+        "| entry-points tier / native (p25-p75) | entry target | entry result |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for name, s in summaries.items():
         noop = "-" if s["noop_ratio"] is None else f"{s['noop_ratio']:.3f}"
         own = "-" if s["own_ratio"] is None else f"{s['own_ratio']:.3f}"
         if s["own_limit"] is not None:
             own += f" (<= {s['own_limit']:.2f})"
+        entry = entry_limit = entry_result = "-"
+        if s.get("entry_ratio") is not None:
+            entry = f"{s['entry_ratio']:.3f} ({s['entry_p25']:.3f}-{s['entry_p75']:.3f})"
+        if s.get("entry_limit") is not None:
+            entry_limit = f"<= {s['entry_limit']:.2f}"
+            entry_result = "PASS" if s["entry_passed"] else "FAIL"
         lines.append(
             f"| {name} | {s['native']:.4g} {s['unit']} | {s['redirected']:.4g} {s['unit']} | "
             f"{s['ratio']:.3f} ({s['p25']:.3f}-{s['p75']:.3f}) | {noop} | {own} | "
-            f"{s['rounds']} | <= {s['limit']:.2f} | {'PASS' if s['passed'] else 'FAIL'} |"
+            f"{s['rounds']} | <= {s['limit']:.2f} | {'PASS' if s['passed'] else 'FAIL'} | "
+            f"{entry} | {entry_limit} | {entry_result} |"
         )
     return "\n".join(lines)
 
@@ -489,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         for result in results:
             summaries[result.name] = result.summary() | {"seconds": time.perf_counter() - begun}
             s = summaries[result.name]
-            print(f"{result.name}: {s['ratio']:.3f} ({s['seconds']:.0f} s)", flush=True)
+            entry = "" if s["entry_ratio"] is None else f", entry-points {s['entry_ratio']:.3f}"
+            print(f"{result.name}: {s['ratio']:.3f}{entry} ({s['seconds']:.0f} s)", flush=True)
     elapsed = time.perf_counter() - started
     print()
     print(markdown(summaries))

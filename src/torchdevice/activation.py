@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchdevice import entry_points, ledger, mode, net, patches, threads
 from torchdevice import fallback as fallback_module
-from torchdevice import ledger, mode, net, patches, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
@@ -145,7 +145,7 @@ def _export_environment(runtime: Runtime, options: dict[str, Any]) -> None:
 def _enter_current_thread() -> None:
     """Push the active mode on the calling thread; it leaves again when the thread ends."""
     active = _mode
-    if active is not None:
+    if active is not None and active.runtime.settings.intercept == "mode":
         mode.push(active)
         threads.guard_exit()
 
@@ -194,9 +194,10 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         runtime.use_table(build_table(runtime.host))
     table = runtime.table
     accelerator = runtime.default_device
+    wrapped = runtime.settings.intercept == "entry-points"  # no mode: entry_points.py
     fallback = (
         None
-        if accelerator is None
+        if accelerator is None or wrapped
         else Fallback(runtime, accelerator.type, enabled=runtime.settings.fallback)
     )
     if _mode is None:
@@ -204,9 +205,12 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         new_mode = mode.DeviceMode(runtime, table, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options
-        threads.install(_enter_current_thread, mode.remove_all)
-        _enter_current_thread()
+        if not wrapped:
+            threads.install(_enter_current_thread, mode.remove_all)
+            _enter_current_thread()
         patches.install()
+        if wrapped:  # after patches: wraps their _rebuild_tensor
+            entry_points.install(table)
         attribute_warnings()
         _amp().install()  # autocast and GradScaler on the real device type, every host
         _observe_native_fallback(runtime)
@@ -222,6 +226,9 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     _mode.runtime = runtime
     _mode.table = table
     _mode.fallback = fallback
+    if wrapped:  # the table is per host: the wrappers call its handlers
+        ledger.undo(entry_points.GROUP)
+        entry_points.install(table)
     _observe_native_fallback(runtime)
     _share_accelerator_tensors(accelerator)
     _enter_current_thread()
@@ -261,6 +268,9 @@ def enable(**options: Unpack[Options]) -> None:
       cannot run (default true).
     - ``cuda_available`` (``TORCHDEVICE_CUDA_AVAILABLE``): what the facades' availability
       queries answer while redirecting (default true).
+    - ``intercept`` (``TORCHDEVICE_INTERCEPT``): ``"mode"`` (default: a function mode sees
+      every torch call) or ``"entry-points"`` (wrappers on the functions that take a
+      device, no mode: docs/entry-points.md).
 
     A bad value raises :class:`~torchdevice.errors.SettingsError` naming where it came from.
 
@@ -288,6 +298,9 @@ def enable(**options: Unpack[Options]) -> None:
                 _export_environment(active, _options)
             raise
         configure_logging(settings.log_level)
+        active = runtime_module.active()
+        if active is not None and active.settings.intercept != settings.intercept:
+            disable()  # the other tier's hooks come out first (no mixed tiers)
         fresh = not _serves(_last_runtime, host, settings)
         runtime = _runtime_for(host, settings)
         _activate(runtime, dict(options))
