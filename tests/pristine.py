@@ -40,6 +40,16 @@ REAL_ALLOCATORS = {
 REAL_COALESCING_MANAGER = c10d._coalescing_manager
 REAL_DP_INIT = DataParallel.__dict__["__init__"]
 REAL_SCATTER = scatter_gather.scatter
+#: What the entry-points tier wraps (torchdevice.entry_points): torch's own callables.
+REAL_ENTRY_POINTS = {
+    name: getattr(torch, name) for name in ("zeros", "arange", "tensor", "zeros_like", "full")
+}
+REAL_PARSE_TO = torch._C._nn._parse_to
+#: Tensor methods the tier wraps, as ``torch.Tensor``'s own namespace holds them (most are
+#: inherited from ``TensorBase``: absent there, ``None`` here).
+_WRAPPED_METHODS = ("to", "cuda", "cpu", "type", "pin_memory", "new_zeros", "new_tensor")
+REAL_TENSOR_METHODS = {name: vars(torch.Tensor).get(name) for name in _WRAPPED_METHODS}
+REAL_REBUILD_TENSOR = torch._utils._rebuild_tensor
 
 
 def torch_is_pristine() -> list[str]:
@@ -81,6 +91,13 @@ def torch_is_pristine() -> list[str]:
         or scatter_gather.scatter is not REAL_SCATTER
     ):
         problems.append("nn.DataParallel is wrapped")
+    if (
+        any(getattr(torch, name) is not real for name, real in REAL_ENTRY_POINTS.items())
+        or torch._C._nn._parse_to is not REAL_PARSE_TO
+        or any(vars(torch.Tensor).get(n) is not m for n, m in REAL_TENSOR_METHODS.items())
+        or torch._utils._rebuild_tensor is not REAL_REBUILD_TENSOR
+    ):
+        problems.append("torch's device-taking functions are wrapped (entry points)")
     if any(isinstance(m, DeviceMode) for m in _get_current_function_mode_stack()):
         problems.append("a DeviceMode is on this thread's function-mode stack")
     for key, had in REAL_ALLOCATORS.items():

@@ -40,9 +40,9 @@ import torch
 from torchdevice import callsite, ledger
 from torchdevice import runtime as runtime_module
 from torchdevice.compiling import _compiler, is_tracing
-from torchdevice.intercepts import Handler, explicit_factory, factory
+from torchdevice.intercepts import Handler, explicit_factory, factory, tensor_to
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import mark_placed
+from torchdevice.transfers import mark_placed, requested
 
 __all__ = ["GROUP", "LEFT_OUT", "install", "installed", "targets"]
 
@@ -54,6 +54,8 @@ LEFT_OUT: Mapping[str, str] = {
     "torch.device": "a C type that cannot be subclassed or replaced without breaking "
     "isinstance/type checks: device objects are placed where they are used (.to(), "
     "factories), not where they are made, and torch.device('cpu:-1') raises as natively",
+    "torch.nested.nested_tensor": "a Python function over C functions that torchdevice."
+    "patches wraps already (for the mode too: it never reaches a function mode)",
 }
 
 _is_tracing = is_tracing
@@ -120,7 +122,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 return original(*args, **kwargs)
         elif not (
             rt.float64_device is not None or _is_tracing() or _compiler._is_compiling_flag
-            or _handling.busy or "pin_memory" in kwargs or type(request) is torch.device
+            or _handling.busy or "pin_memory" in kwargs
         ):  # fmt: skip
             try:
                 resolved = rt.decisions.get((type(request), request))
@@ -130,6 +132,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 decision, device, kind, wanted = resolved
                 kwargs["device"] = device
                 result = original(*args, **kwargs)
+                if type(request) is torch.device:  # reported where it was made, if at all
+                    return mark_placed(result, requested(request, wanted))
                 if kind is not None:
                     frame = sys._getframe(1)
                     if callsite.internal_cache.get(id(frame.f_code)) is not False:
@@ -158,10 +162,35 @@ def _handled(
         _handling.busy = False
 
 
+def _is_device_arg(value: object) -> bool:
+    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor)."""
+    return isinstance(value, (str, torch.device, int)) and not isinstance(value, bool)
+
+
+def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
+    """``Tensor.to``: a call that names no device (``.to(dtype)``, ``.to(other)``) is
+    native where no dtype rule applies (every host but MPS); the rest takes the handler."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt: Runtime | None = runtime_module._active
+        if (
+            rt is None
+            or (rt.float64_device is None and "device" not in kwargs
+                and (len(args) < 2 or not _is_device_arg(args[1])))
+        ):  # fmt: skip
+            return original(*args, **kwargs)
+        return _handled(rt, original, handler, args, kwargs)
+
+    functools.update_wrapper(wrapper, original)
+    return wrapper
+
+
 def _make(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
     """The wrapper for ``original``: the inlined factory path where it applies."""
     if handler in (factory, explicit_factory) and original not in _DATA_FACTORIES:
         return _factory_wrapper(original, handler)
+    if handler is tensor_to:
+        return _to_wrapper(original, handler)
     return _wrapper(original, handler)
 
 
