@@ -1,13 +1,10 @@
-"""The entry-points tier (``enable(intercept="entry-points")``, issue 21 item 2): the mode's
-policy, report and undo through wrappers on the device-taking functions, with no function
-mode on any thread."""
+"""The entry-points tier (``torchdevice.entry_points.enable()``, issue 21 item 2, an
+experiment left out of the options): the mode's policy, report and undo through wrappers
+on the device-taking functions, with no function mode on any thread."""
 
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -16,7 +13,7 @@ from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
 from pristine import REAL_ENTRY_POINTS, REAL_PARSE_TO, torch_is_pristine
-from torchdevice import SettingsError, entry_points
+from torchdevice import entry_points
 from torchdevice.host import Host
 from torchdevice.intercepts import build_table
 
@@ -44,7 +41,7 @@ def _rows(api: str) -> list[tuple[str, int, int]]:
 
 
 def test_no_function_mode_and_ops_without_a_device_stay_native():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     assert list(_get_current_function_mode_stack()) == []
     assert not torch._C._is_torch_function_mode_enabled()
     a = torch.ones(3)
@@ -54,7 +51,7 @@ def test_no_function_mode_and_ops_without_a_device_stay_native():
 
 
 def test_factories_land_on_the_host_device_with_their_values_and_a_row_each():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     line = _line()
     x = torch.arange(4, device="cuda")
     y = torch.full((2,), 3.0, device="cuda:0")
@@ -72,7 +69,7 @@ def test_factories_land_on_the_host_device_with_their_values_and_a_row_each():
 
 
 def test_repeated_calls_are_counted_at_one_row():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     line = _line()
     for _ in range(5):
         torch.zeros(2, device="cuda")
@@ -80,7 +77,7 @@ def test_repeated_calls_are_counted_at_one_row():
 
 
 def test_device_objects_are_placed_and_not_reported_where_used():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     device = torch.device("cuda")  # a C type: not wrapped, so not reported here
     t = torch.zeros(2, device=device)
     assert t.device == torch.device("cpu")
@@ -89,7 +86,7 @@ def test_device_objects_are_placed_and_not_reported_where_used():
 
 
 def test_transfers_keep_the_gpu_copy_semantics():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     host = torch.ones(3)
     on_device = host.cuda()
     assert on_device.device.type == "cpu"
@@ -105,7 +102,7 @@ def test_transfers_keep_the_gpu_copy_semantics():
 
 
 def test_module_to_keeps_parameters_and_reports_one_row():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     model = torch.nn.Linear(2, 2)
     weight = model.weight
     line = _line()
@@ -119,14 +116,14 @@ def test_module_to_keeps_parameters_and_reports_one_row():
 def test_load_with_a_cuda_map_location(tmp_path):
     path = tmp_path / "t.pt"
     torch.save(torch.arange(3.0), path)
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     loaded = torch.load(path, map_location="cuda")
     assert loaded.device.type == "cpu"
     assert loaded.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_other_threads_are_redirected_without_a_mode():
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     seen: list[object] = []
 
     def work() -> None:
@@ -145,7 +142,7 @@ def test_a_scripted_cuda_factory_goes_through_the_net():
     def make() -> torch.Tensor:
         return torch.ones(2, device="cuda")
 
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     assert make().device.type == "cpu"
 
 
@@ -153,7 +150,7 @@ def test_a_compiled_factory_is_placed_without_a_graph_break():
     def f(x: torch.Tensor) -> torch.Tensor:
         return x + torch.arange(3, device="cuda")
 
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     compiled = torch.compile(f, backend="eager", fullgraph=True)
     assert compiled(torch.ones(3)).tolist() == [1.0, 2.0, 3.0]
     torch._dynamo.reset()
@@ -162,7 +159,7 @@ def test_a_compiled_factory_is_placed_without_a_graph_break():
 def test_switching_tiers_leaves_one_tier_installed():
     torchdevice.enable()
     assert len(_get_current_function_mode_stack()) == 1
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     assert list(_get_current_function_mode_stack()) == []
     assert entry_points.installed()
     torchdevice.enable()
@@ -175,7 +172,7 @@ def test_switching_tiers_leaves_one_tier_installed():
 def test_disable_restores_torch_exactly():
     before = {name: getattr(torch, name) for name in REAL_ENTRY_POINTS}
     tensor_methods = {name: vars(torch.Tensor).get(name) for name in ("to", "cuda", "new_ones")}
-    torchdevice.enable(intercept="entry-points")
+    entry_points.enable()
     assert torch.zeros is not before["zeros"]
     assert "to" in vars(torch.Tensor)
     assert torch._C._nn._parse_to is not REAL_PARSE_TO
@@ -193,21 +190,3 @@ def test_every_table_function_is_wrapped_but_the_left_out():
     left_out = set(table) - wrapped
     assert left_out == {torch.device, torch.nested.nested_tensor}
     assert set(entry_points.LEFT_OUT) == {"torch.device", "torch.nested.nested_tensor"}
-
-
-def test_an_unknown_tier_names_its_source():
-    with pytest.raises(SettingsError, match="invalid intercept='hooks' passed as an argument"):
-        torchdevice.enable(intercept="hooks")  # type: ignore[typeddict-item]
-    assert not torchdevice.is_enabled()
-
-
-def test_the_environment_variable_selects_the_tier_in_a_child():
-    code = (
-        "import torch, torchdevice\n"
-        "from torch.overrides import _get_current_function_mode_stack as s\n"
-        "print(torchdevice.is_enabled(), len(s()), torch.zeros(1, device='cuda').device)\n"
-    )
-    env = {**os.environ, "ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_INTERCEPT": "entry-points"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)  # fmt: skip
-    assert done.stdout.split() == ["True", "0", "cpu"]

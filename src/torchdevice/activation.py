@@ -55,6 +55,11 @@ _lock = threading.RLock()
 _recorder = Recorder()
 _mode: mode.DeviceMode | None = None
 _options: dict[str, Any] = {}
+#: How the activation in force sees device requests: "mode", or "entry-points" (the
+#: wrappers of torchdevice.entry_points, an experiment left out of the options: see
+#: docs/entry-points.md). ``_next_tier`` is what the next ``enable()`` uses, once.
+_tier = "mode"
+_next_tier = "mode"
 
 #: Ledger group of the environment variables exported for child processes.
 ENV_GROUP = "child environment"
@@ -145,7 +150,7 @@ def _export_environment(runtime: Runtime, options: dict[str, Any]) -> None:
 def _enter_current_thread() -> None:
     """Push the active mode on the calling thread; it leaves again when the thread ends."""
     active = _mode
-    if active is not None and active.runtime.settings.intercept == "mode":
+    if active is not None and _tier == "mode":
         mode.push(active)
         threads.guard_exit()
 
@@ -194,7 +199,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         runtime.use_table(build_table(runtime.host))
     table = runtime.table
     accelerator = runtime.default_device
-    wrapped = runtime.settings.intercept == "entry-points"  # no mode: entry_points.py
+    wrapped = _tier == "entry-points"  # no mode: entry_points.py
     fallback = (
         None
         if accelerator is None or wrapped
@@ -268,9 +273,6 @@ def enable(**options: Unpack[Options]) -> None:
       cannot run (default true).
     - ``cuda_available`` (``TORCHDEVICE_CUDA_AVAILABLE``): what the facades' availability
       queries answer while redirecting (default true).
-    - ``intercept`` (``TORCHDEVICE_INTERCEPT``): ``"mode"`` (default: a function mode sees
-      every torch call) or ``"entry-points"`` (wrappers on the functions that take a
-      device, no mode: docs/entry-points.md).
 
     A bad value raises :class:`~torchdevice.errors.SettingsError` naming where it came from.
 
@@ -282,7 +284,12 @@ def enable(**options: Unpack[Options]) -> None:
     With ``report_path`` (or ``TORCHDEVICE_REPORT``), the migration report of the whole run
     is written there when the process exits (:mod:`torchdevice.reporting.file`).
     """
+    global _tier, _next_tier
     with _lock:
+        tier, _next_tier = _next_tier, "mode"
+        if runtime_module.active() is not None and tier != _tier:
+            disable()  # the other tier's hooks come out first (no mixed tiers)
+        _tier = tier
         if runtime_module.active() is not None and options == _options:
             _enter_current_thread()
             return
@@ -298,9 +305,6 @@ def enable(**options: Unpack[Options]) -> None:
                 _export_environment(active, _options)
             raise
         configure_logging(settings.log_level)
-        active = runtime_module.active()
-        if active is not None and active.settings.intercept != settings.intercept:
-            disable()  # the other tier's hooks come out first (no mixed tiers)
         fresh = not _serves(_last_runtime, host, settings)
         runtime = _runtime_for(host, settings)
         _activate(runtime, dict(options))

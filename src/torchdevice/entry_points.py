@@ -1,9 +1,14 @@
 """The entry-points tier: wrappers on exactly the functions that take a device, no mode.
 
+An experiment, left out of ``enable()``'s options (docs/entry-points.md says why: it
+cannot see ``torch.device(...)``, so ``torch.device(0)``, ``"cpu:-1"`` objects and their
+report rows behave as natively). :func:`enable` switches it on for measurement
+(``benchmarks/workloads.py``) and tests.
+
 The default tier pushes a ``TorchFunctionMode``: every torch call, an attribute read such
 as ``p.grad`` included, then goes through a Python handler (~1.3 µs on the machine the
 benchmarks were written on), whether or not it takes a device; PyTorch sets that floor
-(pytorch/pytorch#92701). This tier (``enable(intercept="entry-points")``) leaves every
+(pytorch/pytorch#92701). This tier leaves every
 call that cannot take a device native and wraps, at their public names, the functions of
 the mode's own table (:func:`torchdevice.intercepts.build_table`, built from torch's
 ``_device_constructors()``, the ``*_like`` and ``Tensor.new_*`` factories, the ``Tensor``
@@ -44,7 +49,7 @@ from torchdevice.intercepts import Handler, explicit_factory, factory, tensor_to
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import mark_placed, requested
 
-__all__ = ["GROUP", "LEFT_OUT", "install", "installed", "targets"]
+__all__ = ["GROUP", "LEFT_OUT", "enable", "install", "installed", "targets"]
 
 #: Ledger group of the wrappers.
 GROUP: Final = "entry-point wrappers"
@@ -254,6 +259,19 @@ def install(table: Mapping[Callable[..., Any], Handler]) -> None:
         ledger.set_attr(GROUP, owner, name, _make(getattr(owner, name), handler))
     ledger.set_attr(GROUP, torch._utils, "_rebuild_tensor",
                     _rebuild_tensor(torch._utils._rebuild_tensor))  # fmt: skip
+
+
+def enable(**options: Any) -> None:
+    """``torchdevice.enable(**options)`` through this tier instead of the function mode.
+
+    ``torchdevice.disable()`` undoes it; a plain ``torchdevice.enable()`` switches back to
+    the mode. Child processes are redirected by the mode (the environment carries no tier).
+    """
+    from torchdevice import activation  # noqa: PLC0415 - activation imports this module
+
+    with activation._lock:
+        activation._next_tier = "entry-points"
+        activation.enable(**options)  # type: ignore[misc]
 
 
 def installed() -> bool:

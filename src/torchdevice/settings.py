@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_VARS",
     "FIELDS",
-    "Intercept",
     "LogLevel",
     "Options",
     "Settings",
@@ -48,8 +47,6 @@ __all__ = [
 ]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-#: How torchdevice sees device requests (docs/entry-points.md).
-Intercept = Literal["mode", "entry-points"]
 
 
 def setting(
@@ -74,7 +71,6 @@ class Options(TypedDict, total=False):
     report_path: str | os.PathLike[str] | None
     fallback: bool
     cuda_available: bool
-    intercept: Intercept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,18 +128,6 @@ class Settings:
     Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA answers true; set it
     false to make them take their CPU/MPS paths instead.
     """
-    intercept: Intercept = field(
-        default="mode",
-        metadata=setting(
-            env="TORCHDEVICE_INTERCEPT",
-            flag="--intercept",
-            flag_help="mode (default: a function mode sees every torch call) or entry-points "
-            "(wrappers on the functions that take a device only; docs/entry-points.md)",
-        ),
-    )
-    """How device requests are seen: 'mode' (a TorchFunctionMode: every call, per thread,
-    the exact tier) or 'entry-points' (wrappers on the device-taking functions only: ops
-    without a device run native; docs/entry-points.md lists what it leaves out)."""
 
 
 #: The option names, in declaration order.
