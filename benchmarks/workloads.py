@@ -68,7 +68,7 @@ ENTRY_LIMITS = {"training loop, eager": 1.03, "HF generate": 1.03, "redirected f
 
 def enable_entry_points() -> None:
     """Switch the entry-points tier on (the redirected side's other variant; an experiment
-    outside ``enable()``'s options: docs/entry-points.md)."""
+    outside ``enable()``'s options: docs/limitations.md)."""
     entry_points.enable()
 
 

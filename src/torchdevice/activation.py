@@ -57,7 +57,7 @@ _mode: mode.DeviceMode | None = None
 _options: dict[str, Any] = {}
 #: How the activation in force sees device requests: "mode", or "entry-points" (the
 #: wrappers of torchdevice.entry_points, an experiment left out of the options: see
-#: docs/entry-points.md). ``_next_tier`` is what the next ``enable()`` uses, once.
+#: docs/limitations.md). ``_next_tier`` is what the next ``enable()`` uses, once.
 _tier = "mode"
 _next_tier = "mode"
 

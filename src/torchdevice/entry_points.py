@@ -1,6 +1,6 @@
 """The entry-points tier: wrappers on exactly the functions that take a device, no mode.
 
-An experiment, left out of ``enable()``'s options (docs/entry-points.md says why: it
+An experiment, left out of ``enable()``'s options (docs/limitations.md says why: it
 cannot see ``torch.device(...)``, so ``torch.device(0)``, ``"cpu:-1"`` objects and their
 report rows behave as natively). :func:`enable` switches it on for measurement
 (``benchmarks/workloads.py``) and tests.
@@ -24,7 +24,7 @@ has switched the mode off, so the torch calls they make themselves (``_move``'s
 ``tensor.to(device)``) are native. Here a thread-local flag plays that part: while a
 handler runs on a thread, the wrappers on that thread call the original directly.
 
-What this tier does not do (docs/entry-points.md lists each difference from the mode):
+What this tier does not do (docs/limitations.md lists each difference from the mode):
 ``torch.device("cpu:-1")`` (``torch.device`` is a C type that cannot be replaced), the
 report row of a ``torch.device(...)`` construction, the CPU fallback of ops the accelerator
 cannot run (which the mode catches on every call), and calls through names bound before
@@ -37,7 +37,7 @@ import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, Final
 
 import torch
@@ -137,11 +137,12 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 decision, device, kind, wanted = resolved
                 kwargs["device"] = device
                 result = original(*args, **kwargs)
-                if type(request) is torch.device:  # reported where it was made, if at all
+                if type(request) is torch.device:  # as the mode's _apply: no row for a
+                    # device object (the mode reports it where it is made; not seen here)
                     return mark_placed(result, requested(request, wanted))
                 if kind is not None:
-                    frame = sys._getframe(1)
-                    if callsite.internal_cache.get(id(frame.f_code)) is not False:
+                    frame: FrameType | None = sys._getframe(1)
+                    if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
                         frame = callsite.first_user(frame)
                     rt.recorder.hit(frame, original, decision, kind)
                 return mark_placed(result, wanted)
@@ -271,7 +272,7 @@ def enable(**options: Any) -> None:
 
     with activation._lock:
         activation._next_tier = "entry-points"
-        activation.enable(**options)  # type: ignore[misc]
+        activation.enable(**options)
 
 
 def installed() -> bool:
