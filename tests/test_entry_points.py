@@ -190,3 +190,13 @@ def test_every_table_function_is_wrapped_but_the_left_out():
     left_out = set(table) - wrapped
     assert left_out == {torch.device, torch.nested.nested_tensor}
     assert set(entry_points.LEFT_OUT) == {"torch.device", "torch.nested.nested_tensor"}
+
+
+def test_as_tensor_of_host_data_is_a_device_copy():
+    entry_points.enable()
+    host = torch.arange(3.0)
+    on_device = torch.as_tensor(host, device="cuda")
+    shared = torch.as_tensor(on_device, device="cuda")
+    on_device.add_(1)
+    assert host.tolist() == [0.0, 1.0, 2.0]  # a host-to-device transfer copies
+    assert shared is on_device  # already there: the very tensor, as natively

@@ -109,6 +109,9 @@ def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) 
 
 
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+# torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
+# the wrapper, and the handler is handed the original.
+_AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
 
 
 def _narrow_float64(
@@ -194,10 +197,10 @@ def _from_data(
     if wanted is None:
         return func(*args, **kwargs)
     source: Standing = standing(data) if isinstance(data, torch.Tensor) else "host"
-    if source != wanted and func is torch.asarray and kwargs.get("copy") is None:
+    if source != wanted and func is _ASARRAY and kwargs.get("copy") is None:
         kwargs["copy"] = True
     result = func(*args, **kwargs)
-    if source != wanted and func is torch.as_tensor and _aliases(result, data):
+    if source != wanted and func is _AS_TENSOR and _aliases(result, data):
         result = result.clone()
     return mark(result, wanted)
 
