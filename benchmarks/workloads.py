@@ -18,11 +18,13 @@ the host (``--device``; ``auto``: ``cuda`` when ``torch.cuda.is_available()``):
   (``torch.cuda.max_memory_allocated``) of both sides; the DDP step needs two GPUs (NCCL
   puts one rank on each) and is skipped, with the reason printed, on fewer.
 
-* In-process workloads (training loop eager and compiled, ``generate``, DataLoader) run rounds
-  of two blocks, native and redirected, in alternating order; the redirected block switches
-  ``torchdevice.enable()`` on and ``disable()`` off around its units. The ratio is the median
-  of the per-round ratios (both blocks of a round ran within a second of each other), with
-  the 25th-75th percentiles.
+* In-process workloads (training loop eager, ``generate``, DataLoader, the redirected
+  factory) run rounds of four blocks in rotated order: native, native under a do-nothing
+  function mode, redirected (the block switches ``torchdevice.enable()`` on and
+  ``disable()`` off around its units) and redirected through the entry-points tier
+  (``torchdevice.entry_points.enable()``, issue 21: measured, left out of the options).
+  The ratio is the median of the per-round ratios (the blocks of a round ran within a few
+  seconds of each other), with the 25th-75th percentiles.
 * The DDP step and peak memory run fresh processes, alternately native and redirected, and
   pair them the same way.
 """
