@@ -108,6 +108,18 @@ def test_accelerate_fp16_runs_autocast_and_a_grad_scaler():
 
 
 @needs_accelerate
+def test_accelerate_fp16_trains_with_a_grad_scaler_on_the_simulated_mps_host():
+    """As on a Mac: GradScaler.unscale_ takes 1/scale in float32 on MPS (no float64 there),
+    so fp16 with loss scaling trains instead of stopping at the float64 rule."""
+    facts = run_redirected("accelerate_fp16.py", TORCHDEVICE_HOST="simulated-mps")
+    assert facts["device"] == "cuda"
+    assert (facts["native_amp"], facts["scaler"]) == (True, "GradScaler")
+    assert facts["scale"] == 65536.0  # no step skipped: the gradients were finite
+    assert facts["losses_finite"] is True
+    assert "mps host" in str(facts["report"])
+
+
+@needs_accelerate
 def test_accelerate_gpu_only_checks_of_its_own_suite_pass():
     """The GPU-only tests of Accelerate's suite that read the device it chose (they lost
     before device objects read as written; docs/huggingface.md has the whole-suite run)."""

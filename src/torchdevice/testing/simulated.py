@@ -255,6 +255,7 @@ def _install(name: str, module: _DeviceModule) -> _State:
     missing = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     missing.fallback(_missing_kernel(name), "PrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
     _print_like_mps(name)
+    _unscale_like_mps(name)
     compiling.install(name)
     return _State(name, device, (kernels, autocast, missing), module, overloads)
 
@@ -830,6 +831,43 @@ def _print_like_mps(name: str) -> None:
         return cast("torch.Tensor", original(t))  # type: ignore[no-untyped-call]  # untyped in torch
 
     tensor_str.tensor_totype = tensor_totype
+
+
+def _unscale_like_mps(name: str) -> None:
+    """Let ``GradScaler.unscale_`` take the inverse scale in float32 on this device, as it
+    does on MPS.
+
+    torch computes ``1 / scale`` in float64 except when the scale is on ``mps:0``
+    (``self._scale.device != torch.device("mps:0")`` in ``torch/amp/grad_scaler.py``): MPS has
+    no float64. A device gets that exception only by name, so fp16 training with a
+    GradScaler would stop here with the float64 ``TypeError`` where a Mac trains. The method
+    below is torch's, with the MPS branch for this device's scale; any other scale goes to
+    torch's own. Process-wide and permanent, like the registration itself.
+    """
+    from torch.amp.grad_scaler import GradScaler, OptState  # noqa: PLC0415 - amp is lazy
+
+    original = GradScaler.unscale_
+
+    def unscale_(self: GradScaler, optimizer: torch.optim.Optimizer) -> None:
+        scale = self._scale
+        if not self._enabled or scale is None or scale.device.type != name:
+            return original(self, optimizer)
+        self._check_scale_growth_tracker("unscale_")
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.UNSCALED:
+            raise RuntimeError(
+                "unscale_() has already been called on this optimizer since the last update()."
+            )
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        inv_scale = scale.reciprocal()  # the branch torch takes for mps:0
+        found_inf = torch.full((), 0.0, dtype=torch.float32, device=scale.device)
+        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, found_inf, False)
+        state["stage"] = OptState.UNSCALED
+        return None
+
+    unscale_.__doc__ = original.__doc__
+    GradScaler.unscale_ = unscale_  # type: ignore[method-assign]
 
 
 def _redispatch_to_cpu(op: torch._ops.OpOverload) -> Callable[..., Any]:
