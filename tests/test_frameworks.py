@@ -109,14 +109,26 @@ def test_accelerate_fp16_runs_autocast_and_a_grad_scaler():
 
 @needs_accelerate
 def test_accelerate_fp16_trains_with_a_grad_scaler_on_the_simulated_mps_host():
-    """As on a Mac: GradScaler.unscale_ takes 1/scale in float32 on MPS (no float64 there),
-    so fp16 with loss scaling trains instead of stopping at the float64 rule."""
+    """As on a Mac: autocast casts on the device, and GradScaler.unscale_ takes 1/scale in
+    float32 there (MPS has no float64), so fp16 with loss scaling trains."""
     facts = run_redirected("accelerate_fp16.py", TORCHDEVICE_HOST="simulated-mps")
     assert facts["device"] == "cuda"
     assert (facts["native_amp"], facts["scaler"]) == (True, "GradScaler")
-    assert facts["scale"] == 65536.0  # no step skipped: the gradients were finite
+    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
+    assert 0 < facts["scale"] <= 65536.0  # a float16 overflow halves it and skips that step
     assert facts["losses_finite"] is True
     assert "mps host" in str(facts["report"])
+
+
+@needs_lightning
+def test_fabric_gpu_16_mixed_on_the_simulated_mps_host():
+    """Fabric feeds float16 inputs to float32 weights and relies on autocast to cast them:
+    the device's autocast rules make that work, as on a Mac."""
+    facts = run_redirected("fabric_gpu.py", TORCHDEVICE_HOST="simulated-mps")
+    assert (facts["accelerator"], facts["device"]) == ("CUDAAccelerator", "cuda:0")
+    assert facts["scaler"] == "GradScaler"
+    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
+    assert facts["losses_finite"] is True
 
 
 @needs_accelerate

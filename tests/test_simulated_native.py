@@ -230,6 +230,25 @@ def test_events_time_and_streams_switch(simgpu):
     assert torch.accelerator.current_stream() != side
 
 
+def test_autocast_casts_as_on_the_cpu(simgpu):
+    """The shared casting rules (MPS's list follows them): a linear layer in float16, equal
+    to the CPU's autocast result, and log_softmax in float32 (the CPU's list leaves it in
+    float16, so its reference is computed in float32 here)."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    results = {}
+    for device in ("cpu", NAME):
+        moved = copy.deepcopy(layer).to(device)
+        with torch.autocast(device_type=device, dtype=torch.float16):
+            hidden = moved(x.to(device))
+            results[device] = (hidden, torch.log_softmax(hidden, -1))
+    (cpu_hidden, _), (hidden, log) = results["cpu"], results[NAME]
+    assert (hidden.dtype, log.dtype) == (torch.float16, torch.float32)
+    assert torch.equal(hidden.cpu(), cpu_hidden)
+    assert torch.equal(log.cpu(), torch.log_softmax(cpu_hidden.float(), -1))
+
+
 def test_a_second_device_index_is_refused(simgpu):
     with pytest.raises(RuntimeError, match="has one device"):
         torch.UntypedStorage(4, device=f"{NAME}:1")

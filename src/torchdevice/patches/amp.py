@@ -39,8 +39,10 @@ def real_device_type(device_type: Any, api: str) -> Any:
     rt = active()
     if rt is None or not isinstance(device_type, str) or device_type not in _REWRITTEN:
         return device_type
-    decision, _ = rt.place(device_type, api)
-    return decision.device.type if decision.moved else device_type
+    decision, device = rt.place(device_type, api)
+    # The device's own type: an extra backend's on a simulated host ("simgpu" standing for
+    # "mps"), whose autocast rules are registered under it.
+    return device.type if decision.moved else device_type
 
 
 @functools.wraps(_ORIGINAL_AUTOCAST_INIT)

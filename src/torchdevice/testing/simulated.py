@@ -59,7 +59,8 @@ Limits:
   by ``torch.manual_seed``, or ``torch.Generator(device=name)``); each holds the CPU's
   Mersenne Twister state, so a device stream equals the CPU stream with the same seed (MPS's
   Philox gives other numbers). A CPU generator is refused, as CUDA and MPS refuse it;
-* autocast is accepted and casts nothing; ``torch.compile`` works (dynamo's fake tensors
+* autocast casts by the rules PyTorch's backends share (``ATen/autocast_mode.h``), which
+  MPS's own list follows; ``torch.compile`` works (dynamo's fake tensors
   carry the device), but inductor has no code generator for the device, so the default
   backend compiles graphs on it with ``aot_eager``, logged (:mod:`torchdevice.testing.compiling`).
 """
@@ -245,8 +246,8 @@ def _install(name: str, module: _DeviceModule) -> _State:
     torch._register_device_module(name, module)  # type: ignore[no-untyped-call]  # untyped in torch
     kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     overloads = _Backend(name, device, module).install(kernels)
-    # Autocast: a real backend registers per-op casting rules at AutocastPrivateUse1 from C++;
-    # Python cannot reuse CUDA's, so autocast passes through and casts nothing on this device.
+    # Autocast: the C++ half registers PyTorch's shared casting rules at AutocastPrivateUse1
+    # (as MPS does at AutocastMPS); every other op passes through autocast uncast.
     autocast = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
     # Every op without a kernel here, of any namespace, fails as MPS fails: MPS registers
