@@ -25,7 +25,6 @@ from torchdevice import ledger, mode, net, patches, threads
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
-from torchdevice.intercepts import build_table
 from torchdevice.logs import attribute_warnings, configure_logging, logger
 from torchdevice.reporting import MigrationReport
 from torchdevice.reporting import file as report_file
@@ -190,9 +189,6 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _mode, _options
     _export_environment(runtime, options)
-    if not runtime.table:  # once per runtime: compiled graphs guard on the runtime
-        runtime.use_table(build_table(runtime.host))
-    table = runtime.table
     accelerator = runtime.default_device
     fallback = (
         None
@@ -201,7 +197,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     )
     if _mode is None:
         _watch_forks()
-        new_mode = mode.DeviceMode(runtime, table, fallback)
+        new_mode = mode.DeviceMode(runtime, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options
         threads.install(_enter_current_thread, mode.remove_all)
@@ -219,9 +215,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         return
     runtime_module.set_active(runtime)
     _options = options
-    _mode.runtime = runtime
-    _mode.table = table
-    _mode.fallback = fallback
+    _mode.serve(runtime, fallback)
     _observe_native_fallback(runtime)
     _share_accelerator_tensors(accelerator)
     _enter_current_thread()
