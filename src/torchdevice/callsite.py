@@ -120,29 +120,57 @@ def set_entry(code: CodeType) -> None:
     _depths.clear()
 
 
-def _find_entry(key: object) -> FrameType | None:
-    """The entry frame below the caller's caller, if the call came through the mode.
+def caller(key: object) -> FrameType | None:
+    """The user frame that made the torch call the asking function is serving.
 
-    ``key`` names the path from the entry to the function asking: the same key is always
-    asked from the same depth (a handler's ``func``, a wrapper's API name). Its depth is
-    found once, by walking up frame by frame, and then read with one ``sys._getframe``
-    that builds no frame object for the handler frames in between (about 0.1 µs each,
-    on the redirect hot path). The entry's code object is checked every time: a key met
-    at another depth is walked again.
+    Found above the mode's entry frame (:func:`set_entry`) when the call came through the
+    mode; otherwise, from a wrapper outside the mode, the first user frame above the
+    asking function. ``key`` names the path from the entry to the asking function: the
+    same key is always asked from the same depth (a handler's ``func``, a wrapper's API
+    name). That depth is found once, by walking up frame by frame (:func:`_learn`), and
+    then read with one ``sys._getframe`` that builds no frame object for the handler
+    frames in between (about 0.1 µs each, on the redirect hot path). The entry's code
+    object is checked every time: a key met at another depth is walked again.
     """
     depth = _depths.get(key)
     if depth:
         try:
-            frame: FrameType | None = sys._getframe(depth + 2)
+            frame: FrameType | None = sys._getframe(depth + 1)
         except ValueError:  # the stack is shallower than that path's
             frame = None
         if frame is not None and frame.f_code is _entry[0]:
-            return frame
-    elif depth == 0:
-        return None
+            frame = frame.f_back
+            if frame is not None and internal_cache.get(id(frame.f_code)) is False:
+                return frame  # user code called torch directly: the common case, no walk
+            return first_user(frame)
+    entry = None if depth == 0 else _learn(key)
+    return first_user(sys._getframe(1) if entry is None else entry.f_back)
+
+
+def entered(key: object) -> FrameType | None:
+    """The frame that made the torch call the asking function is serving (user code or
+    torch's own), or ``None`` when the call did not come through the mode (``key``: as
+    for :func:`caller`)."""
+    depth = _depths.get(key)
+    if depth:
+        try:
+            frame: FrameType | None = sys._getframe(depth + 1)
+        except ValueError:
+            frame = None
+        if frame is not None and frame.f_code is _entry[0]:
+            return frame.f_back
+    entry = None if depth == 0 else _learn(key)
+    return None if entry is None else entry.f_back
+
+
+def _learn(key: object) -> FrameType | None:
+    """Walk up from the function that asked :func:`caller` or :func:`entered` to the
+    mode's entry frame, and remember how far it was for ``key`` (0: not through the mode,
+    a user frame came first)."""
     if not _entry:
         return None
-    entry, frame, depth = _entry[0], sys._getframe(2), 0
+    entry, depth = _entry[0], 0
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code is not entry:
         if not is_internal(frame.f_code):  # user code below any entry: not through the mode
             frame = None
@@ -150,29 +178,6 @@ def _find_entry(key: object) -> FrameType | None:
         frame, depth = frame.f_back, depth + 1
     _depths[key] = 0 if frame is None else depth
     return frame
-
-
-def caller(key: object) -> FrameType | None:
-    """The user frame that made the torch call the asking function is serving.
-
-    Found above the mode's entry frame (:func:`set_entry`) when the call came through
-    the mode (see :func:`_find_entry` for ``key``); otherwise, from a wrapper outside
-    the mode, the first user frame above the asking function (:func:`user_frame`).
-    """
-    entry = _find_entry(key)
-    if entry is None:
-        return first_user(sys._getframe(1))
-    frame = entry.f_back
-    if frame is not None and internal_cache.get(id(frame.f_code)) is False:
-        return frame  # user code called torch directly: the common case, no walk
-    return first_user(frame)
-
-
-def entered(key: object) -> FrameType | None:
-    """The frame that made the torch call the asking function is serving (user code or
-    torch's own), or ``None`` when the call did not come through the mode."""
-    entry = _find_entry(key)
-    return None if entry is None else entry.f_back
 
 
 #: Where a call's expression lies in its file: line, end line, column, end column (columns

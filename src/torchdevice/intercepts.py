@@ -79,7 +79,9 @@ def _placed(
     decision, device = rt.place(request, func)
     if _is_tracing() or _compiler._is_compiling_flag:
         return device, None
-    return device, requested(request, decision.standing)
+    if type(request) is torch.device:  # a remembered device object knows its standing
+        return device, requested(request, decision.standing)
+    return device, decision.standing
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:

@@ -232,11 +232,16 @@ class Runtime:
         that call ``super()`` are skipped, so the row lands where the user called it
         (:func:`~torchdevice.callsite.past_overrides`).
         """
-        decision, device, kind = self.resolve(request)
+        if _is_tracing() or _compiler._is_compiling_flag:  # compiling: nothing recorded
+            decision, device, _ = self.resolve(request)
+            return decision, device
+        # resolve(), less its compile check: this is the hot path of every redirect.
+        decision, device, kind = self.lookup(request)
+        if decision.toggle_override:
+            self.set_cpu_override(not self._state.cpu_override)
         # A device object was reported where it was made (``torch.device(...)``): its
         # uses (``x.to(device)``) are no lines to port.
-        if kind is not None and report and type(request) is not torch.device \
-                and not (_is_tracing() or _compiler._is_compiling_flag):  # fmt: skip
+        if kind is not None and report and type(request) is not torch.device:
             frame = callsite.caller(api)
             if method is not None:
                 frame = callsite.past_overrides(frame, method)
