@@ -217,7 +217,6 @@ class Runtime:
         self,
         request: object,
         api: str | Callable[..., Any],
-        *,
         report: bool = True,
         method: str | None = None,
     ) -> tuple[Decision, torch.device]:
@@ -227,7 +226,10 @@ class Runtime:
         lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
         torch compiles, nor with ``report=False`` for torch's own calls), and return the
         ``torch.device`` to use. ``api`` names the call in the report, and the path from
-        the mode to here (:func:`~torchdevice.callsite.caller`). ``method`` names the
+        the mode to here (:func:`~torchdevice.callsite.caller`). ``report`` and ``method``
+        are not keyword-only: Python 3.11 specialises calls of functions without
+        keyword-only parameters (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of
+        every redirect. ``method`` names the
         ``Module`` method the request came through (``"cuda"``, ``"to"``): overrides of it
         that call ``super()`` are skipped, so the row lands where the user called it
         (:func:`~torchdevice.callsite.past_overrides`).
