@@ -250,12 +250,11 @@ def test_torch_compile_inductor_redirected_model():
 def test_the_mode_is_reentrant_with_nested_with_blocks():
     """``with m: with m:`` pushes twice and pops twice (the stack keeps each entry)."""
     from torchdevice.activation import _resolve_host
-    from torchdevice.intercepts import build_table
     from torchdevice.runtime import Runtime
     from torchdevice.settings import load_settings
 
     host = _resolve_host("cpu")
-    mode = DeviceMode(Runtime(host, load_settings({})), build_table(host))
+    mode = DeviceMode(Runtime(host, load_settings({})))
     with mode:
         assert _get_current_function_mode_stack() == [mode]
         with mode:

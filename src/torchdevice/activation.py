@@ -24,7 +24,6 @@ from torchdevice import ledger, mode, patches
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
-from torchdevice.intercepts import build_table
 from torchdevice.logs import configure_logging, logger
 from torchdevice.patches import threads
 from torchdevice.reporting import MigrationReport
@@ -159,9 +158,6 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     """Make ``runtime`` current, installing everything if redirection was off."""
     global _mode, _options
     _export_environment(runtime, options)
-    if not runtime.table:  # once per runtime: compiled graphs guard on the runtime
-        runtime.use_table(build_table(runtime.host))
-    table = runtime.table
     accelerator = runtime.default_device
     fallback = (
         None
@@ -171,16 +167,14 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
     installing = patches.Activation(runtime, _enter_current_thread, mode.remove_all, _own_report)
     if _mode is None:
         _watch_forks()
-        new_mode = mode.DeviceMode(runtime, table, fallback)
+        new_mode = mode.DeviceMode(runtime, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options
         patches.install(installing, first=True)  # the threads' entry enters this thread
         return
     runtime_module.set_active(runtime)
     _options = options
-    _mode.runtime = runtime
-    _mode.table = table
-    _mode.fallback = fallback
+    _mode.serve(runtime, fallback)
     _enter_current_thread()
     patches.install(installing, first=False)  # adapts what follows the host to the new one
 

@@ -2,9 +2,9 @@
 
 Redirects are logged with the user's file, line and function, not torch's frames or ours.
 A handler reached through the function mode starts the walk above the mode's own frame
-(:func:`caller`): user code calling ``torch.zeros`` directly costs two frame objects and
-one dict lookup; only calls that arrive through torch's own Python code (``Module.to``
-reaching ``_parse_to``) walk further up the stack.
+(:func:`caller`), which it finds by its code object: user code calling ``torch.zeros``
+directly costs two frame objects and two dict lookups; only calls that arrive through
+torch's own Python code (``Module.to`` reaching ``_parse_to``) walk further up the stack.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 __all__ = [
-    "CallSite", "Position", "caller", "first_user", "is_internal", "past_overrides",
+    "CallSite", "Position", "caller", "entered", "first_user", "is_internal", "past_overrides",
     "position_of", "set_entry", "site_of", "user_frame",
 ]  # fmt: skip
 
@@ -108,32 +108,76 @@ def past_overrides(frame: FrameType | None, method: str) -> FrameType | None:
 #: ``__torch_function__`` (set by :mod:`torchdevice.mode`). Everything below its frame is
 #: torchdevice's own handler code; the frame above it called torch.
 _entry: list[CodeType] = []
+#: How many frames lie between the function that asked :func:`caller` (or :func:`entered`)
+#: and the entry, per path key, as found by walking up once; 0 where that path does not
+#: come through the mode (a wrapper torchdevice put on torch).
+_depths: dict[object, int] = {}
 
 
 def set_entry(code: CodeType) -> None:
     """Name the code through which torch calls into torchdevice (see :func:`caller`)."""
     _entry[:] = [code]
+    _depths.clear()
 
 
-def caller(entry_depth: int) -> FrameType | None:
-    """The user frame that made the torch call a handler is serving.
+def caller(key: object) -> FrameType | None:
+    """The user frame that made the torch call the asking function is serving.
 
-    ``entry_depth`` is where the caller expects the entry frame (:func:`set_entry`),
-    relative to itself. The guess is checked: when that frame is the entry, the walk
-    starts above it without building a frame object for each handler frame below (about
-    0.1 µs each, on the redirect hot path); otherwise (a wrapper outside the mode, a
-    handler reached another way) this is :func:`user_frame`, a full walk.
+    Found above the mode's entry frame (:func:`set_entry`) when the call came through the
+    mode; otherwise, from a wrapper outside the mode, the first user frame above the
+    asking function. ``key`` names the path from the entry to the asking function: the
+    same key is always asked from the same depth (a handler's ``func``, a wrapper's API
+    name). That depth is found once, by walking up frame by frame (:func:`_learn`), and
+    then read with one ``sys._getframe`` that builds no frame object for the handler
+    frames in between (about 0.1 µs each, on the redirect hot path). The entry's code
+    object is checked every time: a key met at another depth is walked again.
     """
-    try:
-        frame: FrameType | None = sys._getframe(entry_depth + 1)
-    except ValueError:  # the stack is shallower than guessed
-        frame = None
-    if frame is None or not _entry or frame.f_code is not _entry[0]:
-        return first_user(sys._getframe(1))
-    frame = frame.f_back
-    if frame is not None and internal_cache.get(id(frame.f_code)) is False:
-        return frame  # user code called torch directly: the common case, no walk
-    return first_user(frame)
+    depth = _depths.get(key)
+    if depth:
+        try:
+            frame: FrameType | None = sys._getframe(depth + 1)
+        except ValueError:  # the stack is shallower than that path's
+            frame = None
+        if frame is not None and frame.f_code is _entry[0]:
+            frame = frame.f_back
+            if frame is not None and internal_cache.get(id(frame.f_code)) is False:
+                return frame  # user code called torch directly: the common case, no walk
+            return first_user(frame)
+    entry = None if depth == 0 else _learn(key)
+    return first_user(sys._getframe(1) if entry is None else entry.f_back)
+
+
+def entered(key: object) -> FrameType | None:
+    """The frame that made the torch call the asking function is serving (user code or
+    torch's own), or ``None`` when the call did not come through the mode (``key``: as
+    for :func:`caller`)."""
+    depth = _depths.get(key)
+    if depth:
+        try:
+            frame: FrameType | None = sys._getframe(depth + 1)
+        except ValueError:
+            frame = None
+        if frame is not None and frame.f_code is _entry[0]:
+            return frame.f_back
+    entry = None if depth == 0 else _learn(key)
+    return None if entry is None else entry.f_back
+
+
+def _learn(key: object) -> FrameType | None:
+    """Walk up from the function that asked :func:`caller` or :func:`entered` to the
+    mode's entry frame, and remember how far it was for ``key`` (0: not through the mode,
+    a user frame came first)."""
+    if not _entry:
+        return None
+    entry, depth = _entry[0], 0
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code is not entry:
+        if not is_internal(frame.f_code):  # user code below any entry: not through the mode
+            frame = None
+            break
+        frame, depth = frame.f_back, depth + 1
+    _depths[key] = 0 if frame is None else depth
+    return frame
 
 
 #: Where a call's expression lies in its file: line, end line, column, end column (columns

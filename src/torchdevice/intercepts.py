@@ -22,7 +22,6 @@ schemas and checks it). Beyond ``torch/utils/_device.py``'s constructors:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,7 +37,6 @@ from torchdevice.policy import (
     draws_on_generator,
     is_inplace,
     pins,
-    stands_for,
 )
 from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime
@@ -69,37 +67,21 @@ def _is_device_arg(value: object) -> bool:
 def _wanted(request: object, decision: Decision) -> Standing | None:
     """What ``request`` stands for: a remembered device object's standing, else its
     parsed value's (:func:`~torchdevice.transfers.requested`)."""
-    return requested(request, stands_for(decision.requested))
+    return requested(request, decision.standing)
 
 
-def _apply(
+def _placed(
     rt: Runtime, request: object, func: Callable[..., Any]
 ) -> tuple[torch.device, Standing | None]:
-    """The hot path of a redirected factory: :meth:`Runtime.place`, inlined.
-
-    Inlined because every factory with a ``device=`` pays for it: outside dynamo, one
-    compile check, one lookup in the runtime's decision cache, and a count at the user's
-    line (``Recorder.hit``, ``callsite.caller``); the reporting rule stays the runtime's
-    (``Runtime.applied``). Returns the device and what the request stands for
-    (:mod:`torchdevice.transfers`); ``None`` for that while dynamo traces: marks are for
-    eager tensors.
-    """
+    """A factory's ``device=``: the device to use (:meth:`Runtime.place`) and what the
+    request stands for (:mod:`torchdevice.transfers`); ``None`` for that while torch
+    compiles: marks are for eager tensors."""
+    decision, device = rt.place(request, func)
     if _is_tracing() or _compiler._is_compiling_flag:
-        return rt.resolve(request)[1], None
-    try:
-        resolved = rt.decisions.get((type(request), request))
-    except TypeError:  # unhashable: resolve() lets the policy raise
-        resolved = None
-    if resolved is None:
-        resolved = rt.resolve(request)
-    decision, device, kind, wanted = resolved
-    # _apply <- handler <- the mode's __torch_function__ <- caller. A device object was
-    # reported where it was made (device_ctor): its uses are no lines to port.
-    if kind is not None and type(request) is not torch.device:
-        rt.recorder.hit(callsite.caller(2), func, decision, kind)
+        return device, None
     if type(request) is torch.device:  # a remembered device object knows its standing
-        wanted = requested(request, wanted)
-    return device, wanted
+        return device, requested(request, decision.standing)
+    return device, decision.standing
 
 
 def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
@@ -167,7 +149,7 @@ def factory(
         if _is_tracing() or _compiler._is_compiling_flag:
             return result
         return mark_placed(result, "host")
-    device, wanted = _apply(rt, request, func)
+    device, wanted = _placed(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs)
@@ -316,7 +298,7 @@ def explicit_factory(
     request = kwargs.get("device")
     if request is None:
         return func(*args, **kwargs)
-    device, wanted = _apply(rt, request, func)
+    device, wanted = _placed(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs)
@@ -524,10 +506,11 @@ def device_ctor(
     # torch building its own device object (GradScaler.unscale_, autocast...): apply the
     # policy, but it is no line of the user's to port, so it is not reported. Placed once:
     # deciding "cpu:-1" toggles the override.
-    ours = not callsite.is_internal(sys._getframe(2).f_code)
+    maker = callsite.entered(device_ctor)
+    ours = maker is None or not callsite.is_internal(maker.f_code)
     decision, device = rt.place(request, func, report=ours)
     if decision.toggle_override:
-        return device_object(device, stands_for(decision.requested))
+        return device_object(device, decision.standing)
     if isinstance(request, torch.device):
         return request
     written = decision.requested

@@ -11,10 +11,11 @@ The fast path is one dict lookup: a function missing from the table is called as
 hosts with an accelerator it also sits in a ``try`` (free until something raises) whose
 ``except`` hands device-capability errors to :mod:`torchdevice.fallback`.
 
+The table is the runtime's (:attr:`Runtime.table <torchdevice.runtime.Runtime.table>`,
+built here once per runtime); the mode holds it for the fast path while it is live.
 Dynamo traces ``__torch_function__`` into every graph compiled under the mode. There the
-table is looked up by :func:`_traced_slot`, a constant function: read as a dict, the
-table would put one guard per function in it (a hundred or so) on every compiled
-call, which cost more than the model on a small compiled model on a GPU (issue 12).
+table is looked up by :func:`~torchdevice.compiling.traced_slot`, a constant function,
+so that a graph guards on the runtime, not on every key of the table.
 """
 
 from __future__ import annotations
@@ -22,62 +23,47 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
 
 from torchdevice import callsite
+from torchdevice.compiling import is_tracing, traced_slot
 from torchdevice.fallback import (
     CAPABILITY_ERROR_TYPES,
     Fallback,
     Unsupported,
     is_capability_error,
 )
-from torchdevice.intercepts import Handler
-from torchdevice.runtime import Runtime, by_serial, constant_for_dynamo
+from torchdevice.intercepts import Handler, build_table
+from torchdevice.runtime import Runtime
 
 __all__ = ["DeviceMode", "is_on_stack", "push", "remove", "remove_all"]
 
 _EMPTY: Mapping[Callable[..., Any], Handler] = {}
 
-_is_tracing = torch.compiler.is_dynamo_compiling
-
-
-@constant_for_dynamo
-def _traced_slot(serial: int, live: bool, func: Callable[..., Any]) -> int:
-    """Where the handler of ``func`` sits in the handlers of the runtime numbered ``serial``
-    (-1: none), as dynamo sees it: run at trace time, its answer a constant.
-
-    Dynamo guards on ``serial`` and ``live`` (one guard each), not on the table's keys.
-    The runtime outlives its activations (``enable()`` with the same settings reuses it),
-    so compiled graphs survive ``disable()``/``enable()`` cycles; ``live`` turns false when
-    a mode retires, so a graph traced while it redirected is traced again once it passes
-    everything through. The answer is an index, not the handler: an object made at trace
-    time has no source dynamo can guard, while ``runtime.handlers[i]`` has.
-    """
-    if not live:
-        return -1
-    runtime = by_serial(serial)
-    handler = runtime.table.get(func)
-    return -1 if handler is None else runtime.handlers.index(handler)
+_is_tracing = is_tracing
 
 
 class DeviceMode(TorchFunctionMode):
     """Rewrites the device of every call in its table; passes everything else through."""
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        table: Mapping[Callable[..., Any], Handler],
-        fallback: Fallback | None = None,
-    ) -> None:
+    def __init__(self, runtime: Runtime, fallback: Fallback | None = None) -> None:
         super().__init__()
-        if runtime.table is not table:  # compiled code reads the runtime's (_traced_slot)
-            runtime.use_table(table)
         self.runtime = runtime
-        self.table = table
-        self.fallback = fallback
-        #: False once retired: compiled graphs guard on it (see :func:`_traced_slot`).
+        #: The runtime's table while the mode is live; empty once retired.
+        self.table: Mapping[Callable[..., Any], Handler] = _EMPTY
+        self.fallback: Fallback | None = None
+        #: False once retired: compiled graphs guard on it (see ``traced_slot``).
         self.live = True
+        self.serve(runtime, fallback)
+
+    def serve(self, runtime: Runtime, fallback: Fallback | None) -> None:
+        """Redirect for ``runtime`` (a new activation reuses the mode) with its table,
+        built for its host on the first use of the runtime."""
+        if not runtime.table:
+            runtime.use_table(build_table(runtime.host))
+        self.runtime = runtime
+        self.table = runtime.table
+        self.fallback = fallback
 
     def __torch_function__(
         self,
@@ -86,9 +72,9 @@ class DeviceMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if _is_tracing():  # dynamo: no guard per table key (see _traced_slot)
+        if _is_tracing():  # dynamo: no guard per table key (see traced_slot)
             runtime = self.runtime
-            slot = _traced_slot(runtime.serial, self.live, func)
+            slot = traced_slot(runtime.serial, self.live, func)
             handler = None if slot < 0 else runtime.handlers[slot]
         else:
             handler = self.table.get(func)

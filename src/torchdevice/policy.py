@@ -23,7 +23,7 @@ Device types the table does not govern (``meta``, ``xla``, ...) pass through unc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from torchdevice.errors import DeviceRequestError, DeviceRequestTypeError
@@ -104,7 +104,10 @@ class Decision:
     """Where a request goes, and why.
 
     ``requested`` is the parsed request (``None`` for a factory called without a device);
-    ``toggle_override`` asks the caller to flip :attr:`PolicyState.cpu_override`.
+    ``toggle_override`` asks the caller to flip :attr:`PolicyState.cpu_override`;
+    ``standing`` is what the request stands for in the code's own terms
+    (:func:`stands_for` of ``requested``), decided here with the rest so that the runtime
+    and the transfers never ask the policy a second time.
     """
 
     device: DeviceSpec
@@ -112,6 +115,10 @@ class Decision:
     action: Action
     reason: str
     toggle_override: bool = False
+    standing: Standing | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "standing", stands_for(self.requested))
 
     @property
     def moved(self) -> bool:

@@ -5,39 +5,29 @@ decisions. It caches the pure policy's answers per request (so a redirected fact
 dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 ``torch.device`` objects once, and records redirects against the user's call site.
 
-While dynamo traces, none of that is traced: decisions reach the graph as constants
-computed at trace time (:meth:`Runtime._resolve_traced`), so compiled code takes no lock,
-builds no exception and is guarded on the activation and the CPU override only.
+Every request is placed on one path: :meth:`Runtime.place` (decide, count the redirect at
+the user's line, return the device) over :meth:`Runtime.resolve` (the toggle) over
+:meth:`Runtime.lookup` (the one read of the decision cache). While dynamo traces, none of
+that is traced: decisions reach the graph as constants computed at trace time by
+:mod:`torchdevice.compiling`, which reads the same cache through :meth:`Runtime.lookup`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import operator
 import threading
-import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import callsite
+from torchdevice import callsite, compiling
 from torchdevice.compiling import _compiler
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
-from torchdevice.policy import (
-    Action,
-    Decision,
-    DeviceSpec,
-    PolicyState,
-    Standing,
-    decide,
-    has_float64,
-    stands_for,
-)
+from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide, has_float64
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder
 
@@ -46,27 +36,23 @@ if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable
 
     from torchdevice.settings import Settings
 
-__all__ = ["Runtime", "active", "by_serial", "constant_for_dynamo", "set_active"]
+__all__ = ["Resolved", "Runtime", "active", "set_active"]
 
-_is_compiling = torch.compiler.is_compiling
-#: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
-_is_tracing = torch.compiler.is_dynamo_compiling
+_is_compiling = compiling.is_compiling
+_is_tracing = compiling.is_tracing
 
-#: A cached resolution: the decision, its torch.device, how the report counts it, and
-#: what the parsed request stands for (``policy.stands_for``; transfers use it).
-Resolved = tuple[Decision, torch.device, "EventKind | None", "Standing | None"]
-_F = TypeVar("_F", bound=Callable[..., Any])
+#: A cached resolution: the decision, its torch.device, and how the report counts it
+#: (``None``: not at all). What the request stands for is ``decision.standing``.
+Resolved = tuple[Decision, torch.device, "EventKind | None"]
 
 
 class Runtime:
     """One activation's state; shared by every thread the activation covers."""
 
     def __init__(self, host: Host, settings: Settings, recorder: Recorder | None = None) -> None:
-        #: This runtime's number in the process: traced code names the runtime by it
-        #: (:func:`by_serial`), since dynamo before torch 2.13 passes no object to a
-        #: constant function (``constant_for_dynamo``), only plain values.
-        self.serial = next(_serials)
-        _by_serial[self.serial] = self
+        #: This runtime's number in the process: compiled code names the runtime by it
+        #: and guards on it (:func:`torchdevice.compiling.register`).
+        self.serial = compiling.register(self)
         self.host = host
         self.settings = settings
         self.recorder = recorder if recorder is not None else Recorder()
@@ -78,20 +64,17 @@ class Runtime:
         self._extra_types = frozenset(extra)
         self._lock = threading.Lock()
         #: The function mode's table (function -> handler; ``intercepts.build_table``)
-        #: and its distinct handlers, set once by :meth:`use_table`: compiled code looks
-        #: handlers up here by index (``mode._traced_slot``), so a graph guards on this
-        #: runtime, which later activations with the same host and settings reuse.
+        #: and its distinct handlers, owned here and set once by :meth:`use_table`: every
+        #: :class:`~torchdevice.mode.DeviceMode` serving this runtime reads this table, and
+        #: compiled code looks handlers up here by index
+        #: (:func:`~torchdevice.compiling.traced_slot`), so a graph guards on this runtime,
+        #: which later activations with the same host and settings reuse.
         self.table: Mapping[Callable[..., Any], Callable[..., Any]] = {}
         self.handlers: tuple[Callable[..., Any], ...] = ()
-        #: The decision cache, keyed by (type, request): :meth:`resolve` fills it; the
-        #: factory hot path (``intercepts._apply``) reads it without a call. Replaced
-        #: whole when the CPU override turns, never changed in place otherwise.
+        #: The decision cache, keyed by (type, request): read only by :meth:`lookup`.
+        #: Replaced whole when the CPU override turns, never changed in place otherwise.
         self.decisions: dict[tuple[type, object], Resolved] = {}
         self._devices: dict[DeviceSpec, torch.device] = {}
-        # Per-decision application (device, report kind), keyed by id(decision); the
-        # decisions are kept alive in _kept so their ids are never reused.
-        self._applied: dict[int, tuple[torch.device, EventKind | None]] = {}
-        self._kept: list[Decision] = []
         # The decision-shaped record of each device-module API the facades answered.
         self._api_decisions: dict[str, Decision] = {}
         accelerator = host.accelerator
@@ -106,7 +89,13 @@ class Runtime:
         )  # fmt: skip
 
     def use_table(self, table: Mapping[Callable[..., Any], Callable[..., Any]]) -> None:
-        """Make ``table`` the function mode's table for this runtime (see ``table``)."""
+        """Make ``table`` the function mode's table for this runtime (see ``table``).
+
+        Once per runtime: compiled graphs guard on the runtime, not on its table, so a
+        second, different table would leave them looking up handlers by stale indices.
+        """
+        if self.table and self.table is not table:
+            raise RuntimeError("torchdevice: this runtime's function table is already set")
         self.table = table
         self.handlers = tuple(dict.fromkeys(table.values()))
 
@@ -137,8 +126,7 @@ class Runtime:
             self.decisions = {}
             # A new number: graphs compiled before the fork guard on the old one, and their
             # device decisions are not this process's any more.
-            self.serial = next(_serials)
-            _by_serial[self.serial] = self
+            self.serial = compiling.register(self)
         logger.info("host requests stay on the CPU in this process: %s", reason)
 
     def decide(self, request: object) -> Decision:
@@ -146,14 +134,26 @@ class Runtime:
         return self.resolve(request)[0]
 
     def resolve(self, request: object) -> Resolved:
-        """Decision, ``torch.device``, report kind and what the request stands for
-        (:data:`Resolved`) for ``request``: one dict lookup.
+        """Decision, ``torch.device`` and report kind (:data:`Resolved`) for ``request``,
+        with the ``cpu:-1`` toggle applied.
 
-        Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
-        While dynamo traces, the answer comes from :func:`_traced_resolution` instead.
+        While dynamo traces, the answer is a constant of the graph instead
+        (:func:`~torchdevice.compiling.resolve_traced`).
         """
         if _is_tracing():
-            return self._resolve_traced(request)
+            return compiling.resolve_traced(self, request)
+        resolved = self.lookup(request)
+        if resolved[0].toggle_override:
+            self.set_cpu_override(not self._state.cpu_override)
+        return resolved
+
+    def lookup(self, request: object) -> Resolved:
+        """The cached resolution of ``request``, decided and cached on a miss; the toggle
+        is the caller's to apply.
+
+        The one read of the decision cache, shared by the eager and the traced paths.
+        Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
+        """
         key = (type(request), request)
         try:
             resolved = self.decisions.get(key)
@@ -161,15 +161,12 @@ class Runtime:
             resolved = None
         if resolved is None:
             resolved = self._decide_new(request, key)
-            if resolved[0].toggle_override:
-                self.set_cpu_override(not self._state.cpu_override)
         return resolved
 
     def _decide_new(self, request: object, key: tuple[type, object]) -> Resolved:
         """Ask the policy about a request missing from the cache, and cache its answer.
 
-        A ``cpu:-1`` toggle is never cached: each request flips the override again. The
-        toggle itself is the caller's to apply.
+        A ``cpu:-1`` toggle is never cached: each request flips the override again.
         """
         try:
             decision = decide(request, self.host, self._state, self._extra_types)
@@ -181,8 +178,8 @@ class Runtime:
                 raise
             self._extra_types = self._extra_types | {name}
             decision = decide(request, self.host, self._state, self._extra_types)
-        device, kind = self.applied(decision)
-        resolved = (decision, device, kind, stands_for(decision.requested))
+        device = self.torch_device(decision.device)
+        resolved = (decision, device, _report_kind(decision))
         if logger.isEnabledFor(logging.DEBUG):  # once per distinct request: it is cached
             logger.debug(
                 "decision: %r -> %s (%s: %s)", request, device, decision.action, decision.reason
@@ -192,32 +189,6 @@ class Runtime:
                 self.decisions[key] = resolved
         return resolved
 
-    def _resolve_traced(self, request: object) -> Resolved:
-        """:meth:`resolve` while dynamo traces: a constant the graph is specialised on.
-
-        Dynamo runs :func:`_traced_resolution` eagerly at trace time instead of tracing
-        it, and guards only on what the answer depends on: this runtime (by its serial), the
-        CPU override and the request. So nothing traced takes a lock, builds an exception
-        or reads the caches (whose growth would fail the guards and recompile), and no
-        eager warm-up is needed.
-        """
-        if isinstance(request, (int, torch.SymInt)) and not isinstance(request, bool):
-            # An index that dynamo made dynamic (it changed between calls) becomes a
-            # constant again, guarded by value: a device is never symbolic.
-            request = operator.index(request)
-        flat = _traced_resolution(self.serial, self._state.cpu_override, request)
-        device_spec, requested, action, reason, toggle, device, kind = flat
-        decision = Decision(
-            DeviceSpec(*device_spec), None if requested is None else DeviceSpec(*requested),
-            action, reason, toggle,
-        )  # fmt: skip
-        if toggle:
-            # Flipping the override is a side effect on this runtime, not a graph op:
-            # a graph break runs it eagerly (fullgraph=True reports it as the reason).
-            _graph_break(_TOGGLE_IN_GRAPH)
-            self.set_cpu_override(not self._state.cpu_override)
-        return decision, device, kind, stands_for(decision.requested)
-
     def torch_device(self, spec: DeviceSpec) -> torch.device:
         """``spec`` as a ``torch.device`` (built once per spec).
 
@@ -225,7 +196,7 @@ class Runtime:
         report as their device, and what ``torch.load`` restore locations understand.
         """
         if _is_tracing():
-            return _traced_device(self.serial, spec.type, spec.index)
+            return compiling.traced_device(self, spec)
         device = self._devices.get(spec)
         if device is None:
             # Built with function modes off: this may run while a mode (ours, of another
@@ -241,53 +212,39 @@ class Runtime:
             self._devices[spec] = device
         return device
 
-    # -- recording ---------------------------------------------------------------------
-    def applied(self, decision: Decision) -> tuple[torch.device, EventKind | None]:
-        """The device ``decision`` names, and how the report counts it (None: not at all)."""
-        hit = self._applied.get(id(decision))
-        if hit is None:
-            kind: EventKind | None = (
-                "redirect" if decision.moved else "override" if decision.action == "override"
-                else None
-            )  # fmt: skip
-            hit = (self.torch_device(decision.device), kind)
-            with self._lock:
-                self._kept.append(decision)
-                self._applied[id(decision)] = hit
-        return hit
-
+    # -- placing and recording ------------------------------------------------------------
     def place(
         self,
         request: object,
         api: str | Callable[..., Any],
-        *,
         report: bool = True,
         method: str | None = None,
     ) -> tuple[Decision, torch.device]:
         """Where ``request`` goes: the decision and its device, reported when it moved.
 
-        The one placement path of every intercept and wrapper: decide (one cached
+        The one placement path of every intercept and wrapper: resolve (one cached
         lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
-        dynamo traces, nor with ``report=False`` for torch's own calls), and return the
-        ``torch.device`` to use. ``method`` names the ``Module`` method the request came
-        through (``"cuda"``, ``"to"``): overrides of it that call ``super()`` are skipped,
-        so the row lands where the user called it (:func:`~torchdevice.callsite.past_overrides`).
+        torch compiles, nor with ``report=False`` for torch's own calls), and return the
+        ``torch.device`` to use. ``api`` names the call in the report, and the path from
+        the mode to here (:func:`~torchdevice.callsite.caller`). ``report`` and ``method``
+        are not keyword-only: Python 3.11 specialises calls of functions without
+        keyword-only parameters (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of
+        every redirect. ``method`` names the
+        ``Module`` method the request came through (``"cuda"``, ``"to"``): overrides of it
+        that call ``super()`` are skipped, so the row lands where the user called it
+        (:func:`~torchdevice.callsite.past_overrides`).
         """
-        resolved = None
-        if not _is_tracing():  # resolve(), inlined for the cache hit: Tensor.to's hot path
-            try:  # noqa: SIM105 - building a contextlib.suppress costs more than the lookup
-                resolved = self.decisions.get((type(request), request))
-            except TypeError:  # unhashable: resolve() lets the policy raise
-                pass
-        if resolved is None:
-            resolved = self.resolve(request)
-        decision, device, kind, _ = resolved
+        if _is_tracing() or _compiler._is_compiling_flag:  # compiling: nothing recorded
+            decision, device, _ = self.resolve(request)
+            return decision, device
+        # resolve(), less its compile check: this is the hot path of every redirect.
+        decision, device, kind = self.lookup(request)
+        if decision.toggle_override:
+            self.set_cpu_override(not self._state.cpu_override)
         # A device object was reported where it was made (``torch.device(...)``): its
         # uses (``x.to(device)``) are no lines to port.
-        if kind is not None and report and type(request) is not torch.device \
-                and not (_is_tracing() or _compiler._is_compiling_flag):  # fmt: skip
-            # From a handler: place <- handler <- the mode's __torch_function__.
-            frame = callsite.caller(2)
+        if kind is not None and report and type(request) is not torch.device:
+            frame = callsite.caller(api)
             if method is not None:
                 frame = callsite.past_overrides(frame, method)
             self.recorder.hit(frame, api, decision, kind)
@@ -327,90 +284,17 @@ class Runtime:
         return self.recorder.report(f"{self.host.kind} host, {self.host.device_name()}")
 
 
-def constant_for_dynamo(fn: _F) -> _F:
-    """Mark ``fn`` as ``torch._dynamo.assume_constant_result`` does, without importing dynamo.
-
-    Dynamo calls a marked function at trace time with its arguments as Python constants
-    (guarding on their sources) and puts the result in the graph as a constant: the
-    function itself is never traced. Pass plain values (numbers, strings, devices, torch
-    functions): torch 2.13 also passes objects, by identity, but earlier versions refuse
-    them ("... is not a constant"), hence :attr:`Runtime.serial`.
-    ``assume_constant_result`` sets only this attribute, and importing ``torch._dynamo`` to
-    call it would cost every ``import torchdevice`` about a second.
-    """
-    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
-    return fn
-
-
-#: A resolution as plain constants: dynamo can read attributes of the objects a constant
-#: function returns, but not run their properties, so the decision travels as its fields.
-_Flat = tuple[
-    tuple[str, "int | None"], "tuple[str, int | None] | None", Action, str, bool,
-    torch.device, "EventKind | None",
-]  # fmt: skip
-
-
-@constant_for_dynamo
-def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Flat:
-    """The resolution of ``request`` as dynamo sees it: computed eagerly, at trace time.
-
-    ``cpu_override`` is unused here but passed so that dynamo guards on it: the compiled
-    code is specialised on the override and recompiles when it flips. The toggle itself is
-    not applied here; :meth:`Runtime._resolve_traced` applies it outside the graph.
-    """
-    del cpu_override
-    runtime = by_serial(serial)
-    key = (type(request), request)
-    try:
-        resolved = runtime.decisions.get(key)
-    except TypeError:
-        resolved = None
-    if resolved is None:
-        resolved = runtime._decide_new(request, key)
-    decision, device, kind, _ = resolved
-    spec, requested = decision.device, decision.requested
-    return (
-        (spec.type, spec.index), None if requested is None else (requested.type, requested.index),
-        decision.action, decision.reason, decision.toggle_override, device, kind,
-    )  # fmt: skip
-
-
-@constant_for_dynamo
-def _traced_device(serial: int, device_type: str, index: int | None) -> torch.device:
-    """:meth:`Runtime.torch_device` as dynamo sees it: a constant, computed eagerly.
-
-    The spec travels as its fields: dynamo passes plain constants, not objects it made
-    from an earlier constant result.
-    """
-    return by_serial(serial).torch_device(DeviceSpec(device_type, index))
-
-
-def _graph_break(reason: str) -> None:
-    """Break dynamo's graph here with ``reason`` (fullgraph=True raises with it).
-
-    Only reached while dynamo traces, so ``torch._dynamo`` is loaded.
-    """
-    torch._dynamo.graph_break(msg=reason)
-
-
-_TOGGLE_IN_GRAPH = (
-    "torchdevice: 'cpu:-1' toggles the CPU override, a change to torchdevice's state that "
-    "cannot be part of a graph; request it before the compiled region, or call "
-    "torchdevice.set_cpu_override() there"
-)
+def _report_kind(decision: Decision) -> EventKind | None:
+    """How the report counts ``decision``: a redirect, a ``cpu:-1`` override, or not at all."""
+    if decision.moved:
+        return "redirect"
+    return "override" if decision.action == "override" else None
 
 
 #: The runtime of the activation in force (``None`` while disabled). Activation sets it;
 #: the wrappers, facades and observers read it through :func:`active` at call time, so
 #: there is one slot, not a copy per installer.
 _active: Runtime | None = None
-_serials = itertools.count(1)
-_by_serial: weakref.WeakValueDictionary[int, Runtime] = weakref.WeakValueDictionary()
-
-
-def by_serial(serial: int) -> Runtime:
-    """The runtime numbered ``serial`` (alive: a graph traced with it holds its mode)."""
-    return _by_serial[serial]
 
 
 def active() -> Runtime | None:

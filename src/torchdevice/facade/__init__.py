@@ -45,7 +45,7 @@ import sys
 import types
 from typing import Any
 
-from torchdevice import ledger
+from torchdevice import compiling, ledger
 from torchdevice.facade import accelerator, cuda, modules, mps, real_device
 from torchdevice.facade.cuda import (
     _ORIGINAL_GET_DEVICE_MODULE,
@@ -81,7 +81,8 @@ def install() -> None:
     kind = rt.host.kind if rt is not None else "cpu"
     if not ledger.has(GROUP):
         before = set(sys.modules)
-        _build_trace_rules_natively()
+        if not installed():  # dynamo's table of torch functions, from the real modules
+            compiling.build_trace_rules_natively()
         ledger.hook(GROUP, "torch modules imported under a facade", lambda: _repair(before))
     if kind == "cuda":
         ledger.undo(CUDA_GROUP)
@@ -96,23 +97,6 @@ def install() -> None:
     else:
         ledger.undo(accelerator.GROUP)
     _clear_device_module_cache()
-
-
-def _build_trace_rules_natively() -> None:
-    """Let dynamo, if loaded, build its table of torch functions from the real modules.
-
-    Dynamo builds that table (``torch.cuda.is_available`` -> "an op to put in the graph")
-    by name, once, at its import, and rebuilds it after :func:`_repair` clears it. Built
-    while the facade is in place, the table would take the facade's functions for torch
-    ops, and those not in dynamo's constant-folding lists (built from the real module when
-    dynamo was imported before) would land in the graph: ``torch.cuda.is_available()``
-    fails ``fullgraph=True`` after a ``disable()``/``enable()``. Built now, as at a first
-    import, the facade's functions stay plain functions that dynamo traces or folds.
-    """
-    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
-    build = getattr(trace_rules, "get_torch_obj_rule_map", None)
-    if build is not None and not installed():
-        build()
 
 
 def _repair(modules_before: set[str]) -> None:
@@ -131,10 +115,7 @@ def _repair(modules_before: set[str]) -> None:
     if imported:
         modules.rebind_imported(sorted(imported), mapping)
         _adopt_submodules()
-    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
-    clear = getattr(trace_rules, "clear_lru_cache", None)
-    if clear is not None:
-        clear()
+    compiling.clear_trace_rules()
 
 
 def _adopt_submodules() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from torchdevice.compiling import constant_for_dynamo
 from torchdevice.errors import UnsupportedFeatureError
 from torchdevice.facade import real_device, reporting
 from torchdevice.facade.properties import DeviceProperties, properties_of
@@ -190,21 +191,13 @@ def ipc_collect() -> None:
     """No CUDA IPC handle can exist off CUDA, so there is nothing to collect."""
 
 
-def _constant_for_compile(*functions: Any) -> None:
-    """Let torch.compile call these for real and use the result as a constant.
-
-    Their answers are fixed for an activation, and their bodies (psutil, sysfs) cannot
-    be traced. ``_dynamo_marked_constant`` is what ``torch.compiler.assume_constant_result``
-    sets; setting it directly avoids importing dynamo (1.5 s) at torchdevice's import.
-    """
-    for function in functions:
-        function._dynamo_marked_constant = True
-
-
-_constant_for_compile(
+# Fixed for an activation, and their bodies (psutil, sysfs) cannot be traced: compiled
+# code calls them for real, at trace time, and uses the result as a constant.
+for _function in (
     get_device_name, get_device_properties, get_device_capability, is_bf16_supported,
     device_count,
-)  # fmt: skip
+):  # fmt: skip
+    constant_for_dynamo(_function)
 
 
 def _nvml_unsupported(name: str) -> Any:

@@ -106,7 +106,7 @@ def _place(
     rt = active()
     if rt is None or device is None:  # a call in flight as disable() ran: torch's error
         raise NotImplementedError(_refusal(op, device))
-    decision, target, kind, _ = rt.resolve(device)
+    decision, target, kind = rt.resolve(device)
     if target.type == device.type:  # the policy keeps it here: this build cannot
         raise NotImplementedError(_refusal(op, device))
     if kind is not None and not _is_compiling():
