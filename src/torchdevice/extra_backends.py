@@ -16,7 +16,8 @@ process): :data:`PROVIDERS` says which module announces it when imported. That t
 data; the provider's module registers itself (its ``announce()`` call), the core never
 reaches into it.
 
-This module imports nothing from torchdevice but the host kinds' type.
+This module imports nothing from torchdevice: :mod:`torchdevice.host` asks it, so a host kind
+is a plain string here (one of ``host.HOST_KINDS``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from torchdevice.host import HostKind
+from typing import Final
 
 __all__ = ["PROVIDERS", "ExtraBackend", "announce", "announced", "running", "start"]
 
@@ -40,7 +38,7 @@ class ExtraBackend:
     #: The host choice that asks for it (``host="simulated-mps"``, ``TORCHDEVICE_HOST``).
     choice: str
     #: The host kind whose policy it runs under (``"mps"``).
-    stands_for: HostKind
+    stands_for: str
     #: Registers the device with torch in this process (idempotent) and returns its device
     #: type; raises ``RuntimeError`` when it cannot (no compiler, another backend...).
     start: Callable[[], str]
@@ -84,7 +82,7 @@ def start(choice: str) -> str:
     return backend.start()
 
 
-def running(kind: HostKind) -> str | None:
+def running(kind: str) -> str | None:
     """The device type of a started backend that stands for host ``kind``, if any.
 
     Only backends already announced are asked: a provider nobody imported has started
