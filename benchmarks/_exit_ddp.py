@@ -74,8 +74,9 @@ def main() -> None:
     train(ddp, optimizer, range(SAVE_AFTER), device)
     checkpoint = os.path.join(out, "checkpoint.pt")
     if rank == 0:
-        torch.save({"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()},
-                   checkpoint)  # fmt: skip
+        torch.save(
+            {"model": ddp.module.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint
+        )
     dist.barrier()
     state = torch.load(checkpoint, map_location=device)
     resumed = build().to(device)

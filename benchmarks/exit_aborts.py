@@ -82,10 +82,23 @@ def launches(form: str, out: Path) -> tuple[list[list[str]], dict[str, str]]:
     if form == "nodes":
         port = _free_port()
         return [
-            [py, *TORCHRUN, "--nnodes", "2", "--node_rank", str(node), "--rdzv-backend", "c10d",
-             "--rdzv-endpoint", f"127.0.0.1:{port}", "--nproc_per_node", "1", *cuda]
+            [
+                py,
+                *TORCHRUN,
+                "--nnodes",
+                "2",
+                "--node_rank",
+                str(node),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--nproc_per_node",
+                "1",
+                *cuda,
+            ]
             for node in (0, 1)
-        ], activate  # fmt: skip
+        ], activate
     if form == "native":
         return [[py, *TORCHRUN, *STANDALONE, *cpu]], {}
     if form == "nullmode":
@@ -153,11 +166,16 @@ def run_once(form: str, cores: Path | None, timeout: float, starve: bool = False
     started = time.perf_counter()
     processes = [
         subprocess.Popen(
-            command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
+            command,
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         for command in commands
-    ]  # fmt: skip
+    ]
     starver = _Starver(processes) if starve else None
     if starver is not None:
         for process in processes:
@@ -203,9 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
     parser.add_argument("--load", type=int, default=0, help="busy processes to start")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
-    parser.add_argument("--starve", action="store_true",
-                        help="pin the ranks to CPU 0 beside a busy process and renice their "
-                        "gloo worker threads to 19 (widens the race)")  # fmt: skip
+    parser.add_argument(
+        "--starve",
+        action="store_true",
+        help="pin the ranks to CPU 0 beside a busy process and renice their "
+        "gloo worker threads to 19 (widens the race)",
+    )
     parser.add_argument("--cores", type=Path, help="keep aborted runs (and core files) here")
     parser.add_argument("--json", type=Path, help="write the counts here")
     parser.add_argument("--quiet", action="store_true", help="no line per run")
@@ -233,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                 seconds[outcome.form] += outcome.seconds
                 if not args.quiet:
                     done = sum(counts[outcome.form].values())
-                    print(f"{outcome.form:9} #{done:<4} {outcome.ending:6} "
-                          f"{outcome.seconds:6.1f}s", flush=True)  # fmt: skip
+                    print(
+                        f"{outcome.form:9} #{done:<4} {outcome.ending:6} {outcome.seconds:6.1f}s",
+                        flush=True,
+                    )
                 if outcome.ending != "ok":
                     print(outcome.tail, flush=True)
     finally:
@@ -250,8 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = sum(c.values())
         rate = c["abort"] / runs if runs else 0.0
         results[form] = {"runs": runs, "ok": c["ok"], "abort": c["abort"], "fail": c["fail"]}
-        print(f"| {form} | {runs} | {c['ok']} | {c['abort']} | {c['fail']} | {rate:.1%} | "
-              f"{seconds[form] / max(runs, 1):.1f} |")  # fmt: skip
+        print(
+            f"| {form} | {runs} | {c['ok']} | {c['abort']} | {c['fail']} | {rate:.1%} | "
+            f"{seconds[form] / max(runs, 1):.1f} |"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

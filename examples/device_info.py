@@ -52,8 +52,10 @@ def consistency() -> None:
     props = torch.cuda.get_device_properties(current)
     check(props.name == torch.cuda.get_device_name(current), "properties and name agree")
     check(props.total_memory > 0, "total_memory is positive")
-    check((props.major, props.minor) == torch.cuda.get_device_capability(current),
-          "get_device_capability() matches the properties")  # fmt: skip
+    check(
+        (props.major, props.minor) == torch.cuda.get_device_capability(current),
+        "get_device_capability() matches the properties",
+    )
     free, total = torch.cuda.mem_get_info()
     check(0 < free <= total, "mem_get_info() gives (free, total)")
 
@@ -66,8 +68,10 @@ def consistency() -> None:
     torch.cuda.set_device(current)
     check(torch.cuda.current_device() == current, "set_device() selects the device")
     check(torch.cuda.memory_allocated() >= 0, "memory_allocated() answers")
-    check(torch.cuda.memory_reserved() >= torch.cuda.memory_allocated(),
-          "memory_reserved() >= memory_allocated()")  # fmt: skip
+    check(
+        torch.cuda.memory_reserved() >= torch.cuda.memory_allocated(),
+        "memory_reserved() >= memory_allocated()",
+    )
     stats = torch.cuda.memory_stats()
     check("allocated_bytes.all.current" in stats, "memory_stats() has the usual keys")
     del x

@@ -38,9 +38,15 @@ def check(condition: bool, what: str) -> None:
 
 def build_model() -> GPT2LMHeadModel:
     config = GPT2Config(
-        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2,
-        bos_token_id=0, eos_token_id=None, pad_token_id=0,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     return GPT2LMHeadModel(config).to("cuda").eval()
 
@@ -60,8 +66,10 @@ def generate(model: GPT2LMHeadModel, prompt: torch.Tensor, **options) -> torch.T
 def check_generation() -> None:
     model = build_model()
     device = next(model.parameters()).device
-    print(f"GPT-2 ({sum(p.numel() for p in model.parameters())} parameters) on {device}, "
-          f"{torch.cuda.get_device_name(0)}")  # fmt: skip
+    print(
+        f"GPT-2 ({sum(p.numel() for p in model.parameters())} parameters) on {device}, "
+        f"{torch.cuda.get_device_name(0)}"
+    )
     prompt = torch.randint(1, VOCAB, (2, PROMPT_LENGTH), device="cuda")
 
     torch.cuda.synchronize()
@@ -71,8 +79,10 @@ def check_generation() -> None:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated()
-    print(f"greedy: {greedy.shape[1] - PROMPT_LENGTH} new tokens x {greedy.shape[0]} sequences "
-          f"in {seconds * 1e3:.0f} ms, max memory allocated {peak / MIB:.1f} MiB")  # fmt: skip
+    print(
+        f"greedy: {greedy.shape[1] - PROMPT_LENGTH} new tokens x {greedy.shape[0]} sequences "
+        f"in {seconds * 1e3:.0f} ms, max memory allocated {peak / MIB:.1f} MiB"
+    )
     print(f"  sequence 0: {greedy[0].tolist()}")
 
     check(greedy.shape == (2, PROMPT_LENGTH + NEW_TOKENS), f"output shape {tuple(greedy.shape)}")
@@ -81,8 +91,10 @@ def check_generation() -> None:
     check(bool(((greedy >= 0) & (greedy < VOCAB)).all()), f"every token is in [0, {VOCAB})")
     with torch.no_grad():
         logits = model(prompt, attention_mask=torch.ones_like(prompt)).logits
-    check(torch.equal(greedy[:, PROMPT_LENGTH], logits[:, -1].argmax(dim=-1)),
-          "the first new token is the model's argmax")  # fmt: skip
+    check(
+        torch.equal(greedy[:, PROMPT_LENGTH], logits[:, -1].argmax(dim=-1)),
+        "the first new token is the model's argmax",
+    )
     check(torch.equal(generate(model, prompt, do_sample=False), greedy), "greedy is deterministic")
     check(peak > 0, "torch.cuda.max_memory_allocated() answers")
 
@@ -111,14 +123,18 @@ def check_accelerate() -> None:
 
     accelerator = Accelerator()
     lands_on = torch.zeros(1, device="cuda").device
-    print(f"Accelerator(): device {accelerator.device}, "
-          f"distributed {accelerator.distributed_type}, "
-          f"{accelerator.num_processes} process(es)")  # fmt: skip
+    print(
+        f"Accelerator(): device {accelerator.device}, "
+        f"distributed {accelerator.distributed_type}, "
+        f"{accelerator.num_processes} process(es)"
+    )
     model = accelerator.prepare(build_model())
     prompt = torch.randint(1, VOCAB, (1, PROMPT_LENGTH), device=accelerator.device)
     output = generate(accelerator.unwrap_model(model), prompt, do_sample=False)
-    check(same_device(torch.zeros(1, device=accelerator.device).device, lands_on),
-          "Accelerator().device puts tensors where 'cuda' tensors land")  # fmt: skip
+    check(
+        same_device(torch.zeros(1, device=accelerator.device).device, lands_on),
+        "Accelerator().device puts tensors where 'cuda' tensors land",
+    )
     check(same_device(next(model.parameters()).device, lands_on), "prepare() puts the model there")
     check(output.shape == (1, PROMPT_LENGTH + NEW_TOKENS), "and it generates there")
     check(accelerator.num_processes == 1, "a single process, no distributed backend")

@@ -45,11 +45,14 @@ class ConvNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 8, kernel_size=3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(1, 8, kernel_size=3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, kernel_size=3, padding=1), nn.ReLU(),
+            nn.Conv2d(8, 16, kernel_size=3, padding=1),
+            nn.ReLU(),
             nn.AdaptiveAvgPool2d(1),
-        )  # fmt: skip
+        )
         self.head = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(16, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,8 +109,10 @@ def main() -> int:
     check(epoch_losses[-1] < epoch_losses[0], "the training loss falls")
     check(accuracy >= 0.9, "the network tells the stripes apart (accuracy >= 0.9)")
     state = optimizer.state[next(iter(model.parameters()))]
-    check(state["exp_avg"].device == next(model.parameters()).device,
-          "the optimizer state lives with the parameters")  # fmt: skip
+    check(
+        state["exp_avg"].device == next(model.parameters()).device,
+        "the optimizer state lives with the parameters",
+    )
 
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
@@ -116,8 +121,10 @@ def main() -> int:
     restored = ConvNet().cuda()
     restored.load_state_dict(checkpoint["model"])
     restored_accuracy, restored_predictions = evaluate(restored, test_loader)
-    check(checkpoint["model"]["head.2.weight"].device == predictions.device,
-          "the checkpoint loads onto the GPU")  # fmt: skip
+    check(
+        checkpoint["model"]["head.2.weight"].device == predictions.device,
+        "the checkpoint loads onto the GPU",
+    )
     check(torch.equal(predictions, restored_predictions), "the reloaded model predicts the same")
     check(restored_accuracy == accuracy, "and scores the same")
 

@@ -70,8 +70,9 @@ def cuda_only_features() -> None:
 
     expect_unsupported("torch.cuda.CUDAGraph()", capture_a_graph)
     layer = torch.nn.Linear(8, 8).cuda()
-    expect_unsupported("torch.cuda.make_graphed_callables",
-                       lambda: torch.cuda.make_graphed_callables(layer, (x,)))  # fmt: skip
+    expect_unsupported(
+        "torch.cuda.make_graphed_callables", lambda: torch.cuda.make_graphed_callables(layer, (x,))
+    )
     expect_unsupported("torch.cuda.nccl.all_reduce", lambda: torch.cuda.nccl.all_reduce([x]))
     expect_unsupported(
         "torch.cuda.jiterator._create_jit_fn",
@@ -129,8 +130,10 @@ def fallback_on_the_simulated_accelerator() -> int:
     )
     check(close(y.tolist(), expected.tolist()), "and matches the CPU result")
     y.pow(2).sum().backward()
-    check(x.grad is not None and close(x.grad.tolist(), reference.grad.tolist()),
-          "gradients flow through the op that fell back")  # fmt: skip
+    check(
+        x.grad is not None and close(x.grad.tolist(), reference.grad.tolist()),
+        "gradients flow through the op that fell back",
+    )
 
     double = torch.zeros(3, dtype=torch.float64, device="cuda")
     print(f"  torch.zeros(3, dtype=torch.float64, device='cuda') -> {double.dtype}")
@@ -159,8 +162,11 @@ def fallback_on_the_simulated_accelerator() -> int:
 
 def run_fallback_child() -> None:
     print("part 2: the CPU fallback, on the simulated accelerator (in a child process)")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+    }
     sys.stdout.flush()
     child = subprocess.run([sys.executable, __file__, "--simulated"], env=env, check=False)
     check(child.returncode == 0, "the fallback demonstration passed its checks")

@@ -42,9 +42,16 @@ def _run_child(module_file: str, tmp: Path) -> dict[str, str]:
     if sys.flags.dev_mode:
         command += ["-X", "dev"]
     command += [
-        "-m", "pytest", module_file, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-        "-W", "error::DeprecationWarning",
-    ]  # fmt: skip
+        "-m",
+        "pytest",
+        module_file,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        "-W",
+        "error::DeprecationWarning",
+    ]
     env = {**os.environ, CHILD_FLAG: "1"}
     completed = subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=600, check=False

@@ -48,10 +48,16 @@ def run(
     try:
         for argv in launches:
             command = [sys.executable, *prefix, *argv]
-            processes.append(subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                start_new_session=True,
-            ))  # fmt: skip
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
         outputs = [p.communicate(timeout=TIMEOUT)[0] for p in processes]
     finally:
         for process in processes:

@@ -59,8 +59,19 @@ def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path, host: str, de
         script = [str(SCRIPT)]
     else:
         script = [str(SCRIPT.parent / "on_simgpu.py"), str(SCRIPT)]
-    argv = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", *script, str(out)]  # fmt: skip
+    argv = [
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        *script,
+        str(out),
+    ]
     log = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
     assert f"init_process_group(nccl) -> gloo (NCCL needs CUDA; {host} host: gloo)" in log
     ranks: list[dict[str, Any]] = [

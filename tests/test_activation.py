@@ -229,8 +229,9 @@ def test_torch_compile_while_enabled_and_after_disable():
         return torch.relu(x) + torch.ones(3)
 
     compiled_native = torch.compile(native, fullgraph=True, backend="eager")
-    torch.testing.assert_close(compiled_native(torch.tensor([-1.0, 0.0, 2.0])),
-                               torch.tensor([1.0, 1.0, 3.0]))  # fmt: skip
+    torch.testing.assert_close(
+        compiled_native(torch.tensor([-1.0, 0.0, 2.0])), torch.tensor([1.0, 1.0, 3.0])
+    )
 
 
 @pytest.mark.slow

@@ -239,8 +239,15 @@ def test_enable_exports_what_children_need_and_disable_restores_it(monkeypatch, 
         monkeypatch.delenv(name)
     monkeypatch.setenv("ACTIVATE_TORCH_DEVICE", "0")
     report = tmp_path / "r.json"
-    torchdevice.enable(keep_cpu=True, log_level="info", fallback=False, cuda_available=False,
-                       report_path=report, host="cpu", cpu_override=True)  # fmt: skip
+    torchdevice.enable(
+        keep_cpu=True,
+        log_level="info",
+        fallback=False,
+        cuda_available=False,
+        report_path=report,
+        host="cpu",
+        cpu_override=True,
+    )
     assert _exported() == {
         "ACTIVATE_TORCH_DEVICE": "1",
         "TORCHDEVICE_KEEP_CPU": "1",
@@ -287,8 +294,18 @@ def _assert_redirected(record: dict[str, object], request: str = "cuda") -> None
 def test_python_m_torchdevice_redirects_every_kind_of_child(child_env):
     """subprocess, spawn Pool, DataLoader (fork and spawn, pin_memory), os.fork, mp fork."""
     by_who = records(run(["python", "-m", "torchdevice", SCRIPTS / "start_children.py"], child_env))
-    assert sorted(by_who) == sorted(["parent", "subprocess", "pool-0", "pool-1", "loader-fork",
-                                     "loader-spawn", "os-fork", "mp-fork"])  # fmt: skip
+    assert sorted(by_who) == sorted(
+        [
+            "parent",
+            "subprocess",
+            "pool-0",
+            "pool-1",
+            "loader-fork",
+            "loader-spawn",
+            "os-fork",
+            "mp-fork",
+        ]
+    )
     for who in ("parent", "subprocess", "pool-0", "pool-1", "os-fork", "mp-fork"):
         _assert_redirected(by_who[who])
     for who in ("pool-0", "pool-1", "os-fork", "mp-fork"):

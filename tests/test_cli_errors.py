@@ -38,9 +38,14 @@ def _command(*args: str | Path) -> list[str]:
 def run(*args: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m torchdevice ARGS`` to its end."""
     return subprocess.run(
-        _command(*args), cwd=cwd, env=clean_env(**env), capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
+        _command(*args),
+        cwd=cwd,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -150,9 +155,12 @@ def test_ctrl_c_shows_only_the_scripts_frames(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     process = subprocess.Popen(
-        _interruptible("--no-report", script), env=clean_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        _interruptible("--no-report", script),
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(ready, process)
         process.send_signal(signal.SIGINT)
@@ -230,10 +238,15 @@ def test_ctrl_c_of_compare_stops_its_child_and_writes_what_finished(tmp_path: Pa
     )
     output = tmp_path / "out"
     process = subprocess.Popen(
-        _interruptible("compare", "--quiet", "--output", output, "-p", "no:cacheprovider",
-                       "test_suite.py"),
-        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        _interruptible(
+            "compare", "--quiet", "--output", output, "-p", "no:cacheprovider", "test_suite.py"
+        ),
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(started, process)
         child = int(started.read_text())
@@ -274,14 +287,18 @@ def test_info_json_shows_the_effective_settings_and_where_they_came_from() -> No
     data = json.loads(result.stdout)
     settings = {row["name"]: row for row in data["settings"]}
     assert settings["keep_cpu"] == {
-        "name": "keep_cpu", "value": True, "variable": "TORCHDEVICE_KEEP_CPU",
+        "name": "keep_cpu",
+        "value": True,
+        "variable": "TORCHDEVICE_KEEP_CPU",
         "source": "TORCHDEVICE_KEEP_CPU from the environment",
-    }  # fmt: skip
+    }
     assert settings["log_level"]["value"] == "DEBUG"
     assert settings["fallback"] == {
-        "name": "fallback", "value": True, "variable": "TORCHDEVICE_FALLBACK",
+        "name": "fallback",
+        "value": True,
+        "variable": "TORCHDEVICE_FALLBACK",
         "source": "default",
-    }  # fmt: skip
+    }
     assert settings["cpu_override"]["variable"] is None
     host = probe_host()
     assert data["host"]["kind"] == host.kind

@@ -26,11 +26,31 @@ def _report(
 ) -> MigrationReport:
     entries = []
     if ones:
-        entries.append(Entry(CallSite(filename, 2, "<module>"), "redirect", "torch.ones",
-                             "cuda", "cpu:0", WHY, ones, (ONES,)))  # fmt: skip
+        entries.append(
+            Entry(
+                CallSite(filename, 2, "<module>"),
+                "redirect",
+                "torch.ones",
+                "cuda",
+                "cpu:0",
+                WHY,
+                ones,
+                (ONES,),
+            )
+        )
     if cuda:
-        entries.append(Entry(CallSite(filename, 3, "<module>"), "redirect", "Tensor.cuda",
-                             "cuda", "cpu:0", WHY, cuda, (CUDA,)))  # fmt: skip
+        entries.append(
+            Entry(
+                CallSite(filename, 3, "<module>"),
+                "redirect",
+                "Tensor.cuda",
+                "cuda",
+                "cpu:0",
+                WHY,
+                cuda,
+                (CUDA,),
+            )
+        )
     return MigrationReport(host, tuple(entries))
 
 
@@ -47,11 +67,14 @@ def _write(path: Path, report: MigrationReport) -> Path:
 
 
 def test_relocate_maps_prefixes_then_makes_paths_relative() -> None:
-    report = MigrationReport("h", (
-        *_report("/ci/build/src/train.py", ones=2).entries,
-        *_report("C:\\ci\\build\\src\\train.py", ones=3).entries,  # the same file, Windows
-        *_report("/elsewhere/lib.py", cuda=1).entries,
-    ))  # fmt: skip
+    report = MigrationReport(
+        "h",
+        (
+            *_report("/ci/build/src/train.py", ones=2).entries,
+            *_report("C:\\ci\\build\\src\\train.py", ones=3).entries,  # the same file, Windows
+            *_report("/elsewhere/lib.py", cuda=1).entries,
+        ),
+    )
     moved = relocate(report, ["/ci/build=/home/me/repo", ("C:\\ci\\build", "/home/me/repo")])
     assert sorted((e.site.filename, e.count) for e in moved.entries) == [
         ("/elsewhere/lib.py", 1),
@@ -78,7 +101,9 @@ def test_combine_merges_reports_as_coverage_combine_does(
     merged = json.loads(capsys.readouterr().out)
     assert (merged["host"], merged["processes"], merged["total_calls"]) == ("ci host", 2, 7)
     assert sorted((e["api"], e["count"]) for e in merged["entries"]) == [
-        ("Tensor.cuda", 4), ("torch.ones", 3)]  # fmt: skip
+        ("Tensor.cuda", 4),
+        ("torch.ones", 3),
+    ]
     out = tmp_path / "merged.txt"
     assert cli.main(["combine", "-o", str(out), str(first), str(second)]) == 0
     assert out.read_text(encoding="utf-8").startswith(
@@ -118,8 +143,19 @@ def test_port_takes_several_reports_and_a_path_map(
     first = _write(tmp_path / "a.json", _report("/ci/build/train.py", ones=1))
     second = _write(tmp_path / "b.json", _report("/ci/build/train.py", cuda=1))
     patch = tmp_path / "p.patch"
-    argv = ["port", "--report", str(first), "--report", str(second), "--paths",
-            f"/ci/build={here}", "--root", str(here), "-o", str(patch)]  # fmt: skip
+    argv = [
+        "port",
+        "--report",
+        str(first),
+        "--report",
+        str(second),
+        "--paths",
+        f"/ci/build={here}",
+        "--root",
+        str(here),
+        "-o",
+        str(patch),
+    ]
     assert cli.main(argv) == 0
     assert "1 file(s) changed, 0 skipped" in capsys.readouterr().err
     subprocess.run(["git", "apply", str(patch)], cwd=here, check=True, timeout=60)

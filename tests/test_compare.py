@@ -64,8 +64,16 @@ def test_totals_and_pass_rate_count_verdicts_only() -> None:
     assert run.collected == 5
     assert run.tests["b"] == TestResult("passed", "", 0.0, 2, 1)
     totals = run.totals()
-    assert totals == {"tests": 5, "passed": 2, "failed": 1, "error": 0, "skipped": 1,
-                      "xfailed": 1, "xpassed": 0, "pass_rate": 0.6667}  # fmt: skip
+    assert totals == {
+        "tests": 5,
+        "passed": 2,
+        "failed": 1,
+        "error": 0,
+        "skipped": 1,
+        "xfailed": 1,
+        "xpassed": 0,
+        "pass_rate": 0.6667,
+    }
 
 
 def test_markdown_lists_the_regressions_with_their_counts() -> None:
@@ -177,8 +185,11 @@ def test_reporting_plugin_folds_every_kind_of_outcome(
         if r["event"] == "test"
     }
     assert got == {
-        "test_broken.py": ("error", "ImportError while importing test module "
-                           f"'{pytester.path / 'test_broken.py'}'.", None),
+        "test_broken.py": (
+            "error",
+            f"ImportError while importing test module '{pytester.path / 'test_broken.py'}'.",
+            None,
+        ),
         "test_kinds.py::test_pass": ("passed", "", 4),
         "test_kinds.py::test_fail": ("failed", "assert 1 == 2", None),
         "test_kinds.py::test_skip": ("skipped", "no GPU here", None),
@@ -186,7 +197,7 @@ def test_reporting_plugin_folds_every_kind_of_outcome(
         "test_kinds.py::test_xpass": ("xpassed", "", None),
         "test_kinds.py::test_setup_error": ("error", "RuntimeError: setup broke", None),
         "test_kinds.py::test_teardown_error": ("error", "ValueError: teardown broke", None),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.skipif(

@@ -277,8 +277,12 @@ def child_run() -> tuple[dict[str, str], str]:
     env = {**os.environ, "TORCHDEVICE_LOG_LEVEL": "ERROR"}
     completed = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(CHILD), *CASES],
-        capture_output=True, text=True, timeout=600, check=False, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
     outcomes: dict[str, str] = {}
     for block in re.split(r"^(?=ok |FAIL )", completed.stdout, flags=re.MULTILINE):
         status, _, rest = block.partition(" ")

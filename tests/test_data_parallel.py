@@ -85,8 +85,12 @@ def test_inputs_in_containers_and_keywords_reach_the_module(device: torch.device
     model = Takes().cuda()
     x, shift, offset = torch.randn(5, 3), torch.randn(3), torch.randn(1)
     scale = torch.tensor(2.0)
-    expected = model(x.to(device), Extras(shift.to(device), "tag"), [offset.to(device), 7],
-                     scale=scale.to(device))  # fmt: skip
+    expected = model(
+        x.to(device),
+        Extras(shift.to(device), "tag"),
+        [offset.to(device), 7],
+        scale=scale.to(device),
+    )
     y, label, seven = nn.DataParallel(model)(x, Extras(shift, "tag"), [offset, 7], scale=scale)
     assert y.device == device
     torch.testing.assert_close(y, expected[0])

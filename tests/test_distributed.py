@@ -81,8 +81,11 @@ def world(tmp_path: Path) -> Iterator[Callable[..., None]]:
 
 
 def _entries(api: str) -> list[tuple[str, str, int]]:
-    return [(e.requested, e.decided, e.site.lineno) for e in torchdevice.report().entries
-            if e.api == api]  # fmt: skip
+    return [
+        (e.requested, e.decided, e.site.lineno)
+        for e in torchdevice.report().entries
+        if e.api == api
+    ]
 
 
 def _line() -> int:

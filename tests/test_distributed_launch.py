@@ -22,8 +22,10 @@ SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "ddp_nccl.py"
 ON_SIMGPU = SCRIPTS / "on_simgpu.py"
 #: Each launch form runs this many times, every run must exit 0: a rank that aborted at
-#: interpreter exit did so in 2 of 35 loaded runs when issue 19 was filed.
-REPEATS = range(3)
+#: interpreter exit did so in 2 of 35 loaded runs when issue 19 was filed. Both abort paths
+#: are fixed at their root; benchmarks/exit_aborts.py (100 loaded runs of each form, 0
+#: aborts) is the measurement, these runs the guard CI can afford.
+REPEATS = range(2)
 
 
 def _script_module() -> ModuleType:
@@ -55,8 +57,9 @@ def _check_ranks(out: Path, reference: tuple[list[torch.Tensor], list[float]], d
         assert rank["backend"] == "gloo"
         assert rank["device"] == device
         got = [torch.tensor(p) for p in rank["params"]]
-        for mine, theirs, expected in zip(got, [torch.tensor(p) for p in ranks[0]["params"]],
-                                          params, strict=True):  # fmt: skip
+        for mine, theirs, expected in zip(
+            got, [torch.tensor(p) for p in ranks[0]["params"]], params, strict=True
+        ):
             assert torch.equal(mine, theirs)  # identical on every rank
             torch.testing.assert_close(mine, expected, rtol=1e-5, atol=1e-5)
         assert rank["losses"] == ranks[0]["losses"]
@@ -69,8 +72,11 @@ def test_torchrun_standalone_cpu(tmp_path: Path, reference: Any, attempt: int) -
     """``ACTIVATE_TORCH_DEVICE=1 torchrun --standalone --nproc_per_node=2``: NCCL on gloo."""
     out = tmp_path / "out"
     out.mkdir()
-    log = _run([["--standalone", "--nproc_per_node=2", str(DDP_SCRIPT), str(out)]], tmp_path,
-               {"ACTIVATE_TORCH_DEVICE": "1"})  # fmt: skip
+    log = _run(
+        [["--standalone", "--nproc_per_node=2", str(DDP_SCRIPT), str(out)]],
+        tmp_path,
+        {"ACTIVATE_TORCH_DEVICE": "1"},
+    )
     _check_ranks(out, reference, "cpu")
     line = _line_of('dist.init_process_group(backend="nccl")')
     assert (
@@ -87,8 +93,12 @@ def test_torchrun_under_the_launcher_one_report(
     one migration report for the launcher and both ranks."""
     out = tmp_path / "out"
     out.mkdir()
-    log = _run([["--standalone", "--nproc_per_node=2", str(DDP_SCRIPT), str(out)]], tmp_path,
-               {}, prefix=("-m", "torchdevice", "-m", "torch.distributed.run"))  # fmt: skip
+    log = _run(
+        [["--standalone", "--nproc_per_node=2", str(DDP_SCRIPT), str(out)]],
+        tmp_path,
+        {},
+        prefix=("-m", "torchdevice", "-m", "torch.distributed.run"),
+    )
     _check_ranks(out, reference, "cpu")
     headers = [line for line in log.splitlines() if "torchdevice migration report" in line]
     assert len(headers) == 1, log  # the ranks' parts are merged into the launcher's
@@ -102,8 +112,15 @@ def test_torchdevice_as_torchruns_module(tmp_path: Path, reference: Any, attempt
     """``torchrun ... -m torchdevice train.py``: each worker is launched redirected."""
     out = tmp_path / "out"
     out.mkdir()
-    argv = ["--standalone", "--nproc_per_node=2", "-m", "torchdevice", "--no-report",
-            str(DDP_SCRIPT), str(out)]  # fmt: skip
+    argv = [
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "torchdevice",
+        "--no-report",
+        str(DDP_SCRIPT),
+        str(out),
+    ]
     _run([argv], tmp_path, {})
     _check_ranks(out, reference, "cpu")
 
@@ -115,11 +132,22 @@ def test_torchrun_two_nodes_cpu(tmp_path: Path, reference: Any, attempt: int) ->
     out.mkdir()
     port = _free_port()
     launches = [
-        ["--nnodes", "2", "--node_rank", str(node), "--rdzv-backend", "c10d",
-         "--rdzv-endpoint", f"127.0.0.1:{port}", "--nproc_per_node", "1",
-         str(DDP_SCRIPT), str(out)]
+        [
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--nproc_per_node",
+            "1",
+            str(DDP_SCRIPT),
+            str(out),
+        ]
         for node in (0, 1)
-    ]  # fmt: skip
+    ]
     _run(launches, tmp_path, {"ACTIVATE_TORCH_DEVICE": "1"})
     _check_ranks(out, reference, "cpu")
 
@@ -128,8 +156,11 @@ def test_torchrun_simulated_accelerator(tmp_path: Path, reference: Any) -> None:
     """On the MPS stand-in, which gloo cannot take: DDP's collectives stage through CPU."""
     out = tmp_path / "out"
     out.mkdir()
-    log = _run([["--standalone", "--nproc_per_node=2", str(ON_SIMGPU), str(DDP_SCRIPT),
-                 str(out)]], tmp_path, {})  # fmt: skip
+    log = _run(
+        [["--standalone", "--nproc_per_node=2", str(ON_SIMGPU), str(DDP_SCRIPT), str(out)]],
+        tmp_path,
+        {},
+    )
     _check_ranks(out, reference, "simgpu:0")
     assert "init_process_group(nccl) -> gloo (NCCL needs CUDA; mps host: gloo)" in log
     assert "DistributedDataParallel(simgpu) -> cpu (gloo takes no device tensors" in log
@@ -141,8 +172,11 @@ def test_torchrun_simulated_collectives(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     script = SCRIPTS / "collectives.py"
-    log = _run([["--standalone", "--nproc_per_node=2", str(ON_SIMGPU), str(script), str(out)]],
-               tmp_path, {})  # fmt: skip
+    log = _run(
+        [["--standalone", "--nproc_per_node=2", str(ON_SIMGPU), str(script), str(out)]],
+        tmp_path,
+        {},
+    )
     for rank in (0, 1):
         assert (out / f"collectives{rank}.txt").read_text() == "simgpu:0"
     assert "torch.distributed.all_reduce(simgpu) -> cpu (gloo takes no device tensors" in log

@@ -73,10 +73,15 @@ class Block:
 def blocks(page: Path) -> list[Block]:
     text = page.read_text(encoding="utf-8")
     return [
-        Block(page, text.count("\n", 0, match.start("lang")) + 1, match["lang"], match["body"],
-              (match["directive"] or "").strip())
+        Block(
+            page,
+            text.count("\n", 0, match.start("lang")) + 1,
+            match["lang"],
+            match["body"],
+            (match["directive"] or "").strip(),
+        )
         for match in _FENCE.finditer(text)
-    ]  # fmt: skip
+    ]
 
 
 def commands(block: Block) -> list[tuple[str, list[str]]]:
@@ -143,9 +148,14 @@ def test_the_commands_of_a_block_run(block: Block, tmp_path_factory: pytest.Temp
     assert runs, f"{block.id}: no command in the block"
     for index, (command, expected) in enumerate(runs):
         done = subprocess.run(
-            ["bash", "-c", command], cwd=work, env=_environment(), capture_output=True,
-            text=True, timeout=600, check=False,
-        )  # fmt: skip
+            ["bash", "-c", command],
+            cwd=work,
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         printed = (done.stdout + done.stderr).splitlines()
         status = expected_status if index == len(runs) - 1 else 0
         assert done.returncode == status, f"{command}\n{done.stdout}\n{done.stderr}"

@@ -144,9 +144,14 @@ def accelerate_facts(cuda_available: bool, **env: str) -> dict[str, object]:
     script = textwrap.dedent(ACCELERATE)
     command = [sys.executable, "-c", script, "true" if cuda_available else "false"]
     result = subprocess.run(
-        command, cwd=ROOT, env={**_env(), **env}, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        command,
+        cwd=ROOT,
+        env={**_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -186,8 +191,13 @@ def test_accelerator_under_torchrun_without_cuda_takes_no_nccl_path():
     with socket.socket() as probe:  # a free port for the single-process rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port)}  # fmt: skip
+    env = {
+        "LOCAL_RANK": "0",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     facts = accelerate_facts(False, **env)
 
     assert facts["device"] == "cpu"

@@ -154,9 +154,11 @@ def test_availability_is_an_option():
 def test_l2_cache_size_is_the_cpus():
     """Checked against glibc's own answer (getconf), not the code under test."""
     getconf = shutil.which("getconf")
-    answer = subprocess.run(
-        [getconf, "LEVEL2_CACHE_SIZE"], capture_output=True, text=True, check=False
-    ) if getconf else None  # fmt: skip
+    answer = (
+        subprocess.run([getconf, "LEVEL2_CACHE_SIZE"], capture_output=True, text=True, check=False)
+        if getconf
+        else None
+    )
     if answer is None or answer.returncode != 0 or not answer.stdout.strip().isdigit():
         pytest.skip("getconf does not know this CPU's L2 cache size")
     torchdevice.enable()

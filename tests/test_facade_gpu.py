@@ -131,7 +131,10 @@ def test_forked_dataloader_workers_after_cuda_initialized():
     CUDA here: a fork child of a CUDA process must not initialize CUDA to do it."""
     done = subprocess.run(
         [sys.executable, "-c", _FORKED_WORKERS],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"

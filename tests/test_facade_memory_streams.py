@@ -75,9 +75,11 @@ def test_memory_stats_and_aliases_agree():
     x = torch.ones(SIZE // 4, device="cuda")
     stats = torch.cuda.memory_stats()
     assert set(stats) >= {
-        "allocated_bytes.all.current", "allocated_bytes.all.peak",
-        "reserved_bytes.all.current", "reserved_bytes.all.peak",
-    }  # fmt: skip
+        "allocated_bytes.all.current",
+        "allocated_bytes.all.peak",
+        "reserved_bytes.all.current",
+        "reserved_bytes.all.peak",
+    }
     assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"] >= SIZE
     nested = torch.cuda.memory_stats_as_nested_dict()
     assert nested["allocated_bytes"]["all"]["current"] >= SIZE

@@ -221,14 +221,24 @@ def test_real_errors_propagate_unchanged(simulated):
 @pytest.mark.parametrize(
     ("build", "name"),
     [
-        (lambda: torch.cdist(torch.ones(2, 2, dtype=torch.float16, device="cuda"),
-                             torch.ones(2, 2, dtype=torch.float16, device="cuda")), "cdist"),
+        (
+            lambda: torch.cdist(
+                torch.ones(2, 2, dtype=torch.float16, device="cuda"),
+                torch.ones(2, 2, dtype=torch.float16, device="cuda"),
+            ),
+            "cdist",
+        ),
         (lambda: torch.histc(torch.ones(4, dtype=torch.int8, device="cuda")), "histc"),
-        (lambda: torch.ones(2, dtype=torch.uint16, device="cuda")
-         + torch.ones(2, dtype=torch.uint16, device="cuda"), "add"),
+        (
+            lambda: (
+                torch.ones(2, dtype=torch.uint16, device="cuda")
+                + torch.ones(2, dtype=torch.uint16, device="cuda")
+            ),
+            "add",
+        ),
     ],
     ids=["cdist-float16", "histc-int8", "add-uint16"],  # first two: the CPU kernels' gaps
-)  # fmt: skip
+)
 def test_an_op_the_cpu_cannot_run_either_raises_the_original_error(simulated, build, name):
     """Ops with no CPU kernel for the dtype (measured on 2.13): the fallback cannot help,
     so the accelerator's own error comes through, not the CPU rerun's."""
@@ -319,8 +329,13 @@ def test_dataloader_pin_memory_over_data_built_on_the_accelerator(simulated):
     assert y.device.type == NAME
     model = nn.Linear(3, 1).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True, pin_memory=True,
-                        generator=torch.Generator().manual_seed(1))  # fmt: skip
+    loader = DataLoader(
+        TensorDataset(x, y),
+        batch_size=4,
+        shuffle=True,
+        pin_memory=True,
+        generator=torch.Generator().manual_seed(1),
+    )
     losses = []
     for batch_x, batch_y in loader:
         inputs, targets = batch_x.cuda(non_blocking=True), batch_y.cuda(non_blocking=True)

@@ -35,12 +35,25 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def _launch(tmp: Path, *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "torchdevice", "-m", "torch.distributed.run",
-               "--standalone", "--nproc_per_node=2", str(SCRIPT), *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torchdevice",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(SCRIPT),
+        *args,
+    ]
     return subprocess.Popen(
-        command, env=_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        command,
+        env=_env(tmp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
 
 
 def _reap(process: subprocess.Popen[str]) -> None:
@@ -94,8 +107,9 @@ def test_ctrl_c_of_the_launcher_ends_every_worker(tmp_path: Path) -> None:
     finally:
         _reap(process)
     assert process.returncode != 0, output
-    _, alive = psutil.wait_procs([_process(pid) for pid in workers if psutil.pid_exists(pid)],
-                                    timeout=10)  # fmt: skip
+    _, alive = psutil.wait_procs(
+        [_process(pid) for pid in workers if psutil.pid_exists(pid)], timeout=10
+    )
     assert alive == [], f"workers still running after Ctrl-C: {alive}"
     assert _ours(tmp) == []
 

@@ -40,9 +40,13 @@ def run_redirected(script: str, *args: str, **env: str) -> dict[str, object]:
     """Run a GPU script under ``python -m torchdevice`` in a child; its JSON facts."""
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", str(SCRIPTS / script), *args],
-        cwd=ROOT, env=clean_env(**env), capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
         check=False,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     facts: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
     facts["report"] = result.stderr
@@ -140,8 +144,11 @@ def test_accelerate_gpu_only_checks_of_its_own_suite_pass():
     assert facts["cpu_after_gpu"] == "ValueError"  # Accelerator(cpu=True) after a GPU one
     assert facts["env_var_device"] == "cuda:64"
     assert facts["scaler"] == {
-        "init_scale": 1024, "growth_factor": 2.0, "backoff_factor": 0.5, "enabled": True,
-    }  # fmt: skip
+        "init_scale": 1024,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "enabled": True,
+    }
     assert facts["autocast_dtypes"] == ["float16", "float32", "float16"]
     assert facts["step_was_skipped"] == [False, True, True, False]
     assert facts["weights_unchanged"] == [False, True, True, False]  # a skipped step is one

@@ -21,10 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 LIBRARY_FILE = os.path.join(sysconfig.get_paths()["purelib"], "transformers", "modeling.py")
 
 
-def entry(filename: str, line: int, api: str, requested: str = "cuda", kind: str = "redirect",
-          count: int = 1) -> Entry:  # fmt: skip
-    return Entry(CallSite(filename, line, "main"), kind, api, requested, "cpu:0",  # type: ignore[arg-type]
-                 "CUDA request on a CPU-only host: CPU", count)  # fmt: skip
+def entry(
+    filename: str,
+    line: int,
+    api: str,
+    requested: str = "cuda",
+    kind: str = "redirect",
+    count: int = 1,
+) -> Entry:
+    return Entry(
+        CallSite(filename, line, "main"),
+        kind,
+        api,
+        requested,
+        "cpu:0",  # type: ignore[arg-type]
+        "CUDA request on a CPU-only host: CPU",
+        count,
+    )
 
 
 @pytest.mark.parametrize(
@@ -36,24 +49,55 @@ def entry(filename: str, line: int, api: str, requested: str = "cuda", kind: str
         ("Module.cuda", "cuda", "redirect", "`.to(device)`", True),
         ("torch.load", "cuda", "redirect", "`map_location=device`", True),
         ("torch.autocast", "cuda", "redirect", "`torch.autocast(device.type)`", True),
-        ("torch.cuda.synchronize", "cuda", "device-api",
-         "`if torch.accelerator.is_available(): torch.accelerator.synchronize()`", True),
-        ("torch.distributed.init_process_group", "nccl", "redirect",
-         "`backend=torch.distributed.get_default_backend_for_device(device)`", True),
-        ("torch.nn.parallel.DistributedDataParallel", "device_ids=[1]", "redirect",
-         '`device_ids=[rank] if device.type == "cuda" else None`', True),
-        ("torch.cuda.Event", "cuda", "device-api", "`_device_event(enable_timing=True)` "
-         "(torch.Event where there is an accelerator, time.perf_counter timing on the CPU)", True),
-        ("torch.mps.empty_cache", "mps", "device-api",
-         "`if torch.accelerator.is_available(): torch.accelerator.empty_cache()`", True),
-        ("torch.cuda.memory_allocated", "cuda", "device-api", "`(torch.accelerator."
-         "memory_allocated() if torch.accelerator.is_available() else 0)`", True),
+        (
+            "torch.cuda.synchronize",
+            "cuda",
+            "device-api",
+            "`if torch.accelerator.is_available(): torch.accelerator.synchronize()`",
+            True,
+        ),
+        (
+            "torch.distributed.init_process_group",
+            "nccl",
+            "redirect",
+            "`backend=torch.distributed.get_default_backend_for_device(device)`",
+            True,
+        ),
+        (
+            "torch.nn.parallel.DistributedDataParallel",
+            "device_ids=[1]",
+            "redirect",
+            '`device_ids=[rank] if device.type == "cuda" else None`',
+            True,
+        ),
+        (
+            "torch.cuda.Event",
+            "cuda",
+            "device-api",
+            "`_device_event(enable_timing=True)` "
+            "(torch.Event where there is an accelerator, time.perf_counter timing on the CPU)",
+            True,
+        ),
+        (
+            "torch.mps.empty_cache",
+            "mps",
+            "device-api",
+            "`if torch.accelerator.is_available(): torch.accelerator.empty_cache()`",
+            True,
+        ),
+        (
+            "torch.cuda.memory_allocated",
+            "cuda",
+            "device-api",
+            "`(torch.accelerator.memory_allocated() if torch.accelerator.is_available() else 0)`",
+            True,
+        ),
         ("torch.cuda.nvtx_mark", "cuda", "device-api", "no device-agnostic equivalent", True),
         ("torch.zeros", "cpu", "redirect", "no change: device-agnostic already", False),
         ("torch.special.ndtri", "mps", "fallback", "no change: the op ran on the CPU", False),
         ("torch.zeros", "cpu:-1", "override", "`cpu:-1` is torchdevice's CPU override", True),
     ],
-)  # fmt: skip
+)
 def test_advice_per_row(api, requested, kind, advice, change):
     row = entry("/src/train.py", 3, api, requested, kind)
     assert guide.advice(row).startswith(advice)
@@ -69,11 +113,14 @@ def test_libraries_are_named_and_the_users_files_are_not(tmp_path):
 def test_text_groups_the_users_lines_with_source_and_advice_then_libraries(tmp_path):
     script = tmp_path / "train.py"
     script.write_text('import torch\nx = torch.zeros(2, device="cuda")\nx = x.cuda()\n')
-    report = MigrationReport("cpu host, test", (
-        entry(LIBRARY_FILE, 10, "Module.to", count=7),
-        entry(str(script), 3, "Tensor.cuda", count=2),
-        entry(str(script), 2, "torch.zeros", count=5),
-    ))  # fmt: skip
+    report = MigrationReport(
+        "cpu host, test",
+        (
+            entry(LIBRARY_FILE, 10, "Module.to", count=7),
+            entry(str(script), 3, "Tensor.cuda", count=2),
+            entry(str(script), 2, "torch.zeros", count=5),
+        ),
+    )
     lines = report.to_text().splitlines()
     assert lines[0].startswith("torchdevice migration report (cpu host, test): 14 call(s)")
     assert lines[1].startswith("Your code: 2 line(s) to change.")
@@ -107,8 +154,10 @@ def test_json_is_versioned_validated_and_read_back():
     assert data["schema_version"] == SCHEMA_VERSION
     row = data["entries"][0]
     assert (row["library"], row["to_change"], row["advice"]) == (
-        None, True, "`.to(device)` (keep `non_blocking=` if given)",
-    )  # fmt: skip
+        None,
+        True,
+        "`.to(device)` (keep `non_blocking=` if given)",
+    )
     assert MigrationReport.from_dict(data) == report
     with pytest.raises(ValueError, match="schema version 2 is newer than this torchdevice"):
         MigrationReport.from_dict({**data, "schema_version": 2})
@@ -144,17 +193,26 @@ def test_the_report_lists_every_line_written_for_cuda(tmp_path, script, args):
     argv = [arg.format(tmp=tmp_path) for arg in args]
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", "--report", str(out), str(script), *argv],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
-    reported = {row["line"] for row in data["entries"]
-                if row["file"] == str(script) and row["to_change"]}  # fmt: skip
+    reported = {
+        row["line"] for row in data["entries"] if row["file"] == str(script) and row["to_change"]
+    }
     source = script.read_text().splitlines()
-    docstring_end = next(n for n, line in enumerate(source, 1) if '"""' in line.strip()[3:]
-                         or (n > 1 and '"""' in line))  # fmt: skip
-    written_for_cuda = {n for n, line in enumerate(source, 1)
-                        if n > docstring_end and "cuda" in line}  # fmt: skip
+    docstring_end = next(
+        n
+        for n, line in enumerate(source, 1)
+        if '"""' in line.strip()[3:] or (n > 1 and '"""' in line)
+    )
+    written_for_cuda = {
+        n for n, line in enumerate(source, 1) if n > docstring_end and "cuda" in line
+    }
     assert reported == written_for_cuda
     libraries = {row["library"] for row in data["entries"]} - {None}
     assert libraries <= {"transformers", "accelerate"}

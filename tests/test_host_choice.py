@@ -72,8 +72,12 @@ def test_launcher_with_a_host_the_machine_cannot_be_is_a_usage_error(kind, tmp_p
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", "--host", kind, str(script)],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

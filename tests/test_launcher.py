@@ -382,8 +382,12 @@ def test_a_bad_variable_is_one_line_and_status_2(tmp_path, variable, value, acce
     env = {**_env(), variable: value}
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", str(script)],
-        env=env, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr  # no traceback

@@ -107,9 +107,13 @@ torch.ones(1, device="cuda")  # after
 
 def _python(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *map(str, args)], env=clean_env(**env), capture_output=True, text=True,
-        timeout=300, check=True,
-    )  # fmt: skip
+        [sys.executable, *map(str, args)],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
 
 
 @pytest.mark.slow

@@ -40,14 +40,20 @@ def _qtensor() -> torch.Tensor:
 def _compressed(func, plain: list[int], layout=None):
     """A 2x2 compressed sparse tensor (CSR/CSC shaped; BSR/BSC with 1x1 blocks)."""
     blocks = layout in (None, torch.sparse_bsr, torch.sparse_bsc) and func not in (
-        torch.sparse_csr_tensor, torch.sparse_csc_tensor,
-    )  # fmt: skip
+        torch.sparse_csr_tensor,
+        torch.sparse_csc_tensor,
+    )
     values = torch.tensor([[[1.0]], [[2.0]]]) if blocks else torch.tensor([1.0, 2.0])
     extra = {} if layout is None else {"layout": layout}
     return lambda d: func(
-        torch.tensor([0, 1, 2]), torch.tensor(plain), values, (2, 2), device=d,
-        check_invariants=True, **extra,
-    )  # fmt: skip
+        torch.tensor([0, 1, 2]),
+        torch.tensor(plain),
+        values,
+        (2, 2),
+        device=d,
+        check_invariants=True,
+        **extra,
+    )
 
 
 # How to call each factory with ``device=d``. Only arguments live here: which functions are
@@ -114,8 +120,11 @@ BUILDERS = {
     torch.Tensor.new_tensor: lambda d: torch.ones(2).new_tensor([1.0], device=d),
 }
 
-_FACTORY_HANDLERS = (intercepts.factory, intercepts.explicit_factory,
-                     intercepts.constructor_overload)  # fmt: skip
+_FACTORY_HANDLERS = (
+    intercepts.factory,
+    intercepts.explicit_factory,
+    intercepts.constructor_overload,
+)
 #: torch's constructors, and every other function the table handles as a factory.
 FACTORIES = sorted(
     set(_device_constructors())
@@ -132,12 +141,15 @@ def _same_tensor(result: torch.Tensor, reference: torch.Tensor, values: bool) ->
             _same_tensor(got, want, values)
         return
     assert (result.dtype, result.shape, result.layout) == (
-        reference.dtype, reference.shape, reference.layout,
-    )  # fmt: skip
+        reference.dtype,
+        reference.shape,
+        reference.layout,
+    )
     if result.is_quantized:
         assert (result.q_scale(), result.q_zero_point()) == (
-            reference.q_scale(), reference.q_zero_point(),
-        )  # fmt: skip
+            reference.q_scale(),
+            reference.q_zero_point(),
+        )
         result, reference = result.int_repr(), reference.int_repr()
     if result.layout == torch.strided:
         assert result.stride() == reference.stride()
@@ -174,8 +186,13 @@ def test_ops_that_take_no_device_stay_off_the_table():
         assert op not in table
 
 
-_NAMESPACES = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.fft": torch.fft,
-               "torch.linalg": torch.linalg, "torch.special": torch.special}  # fmt: skip
+_NAMESPACES = {
+    "torch": torch,
+    "torch.Tensor": torch.Tensor,
+    "torch.fft": torch.fft,
+    "torch.linalg": torch.linalg,
+    "torch.special": torch.special,
+}
 
 
 def _public_functions_taking_a_device() -> dict[str, object]:

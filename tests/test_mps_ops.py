@@ -81,14 +81,29 @@ def test_mps_kernels_of_torch_2_13():
     kernels = mps_ops.mps_kernels()
     assert mps_ops.mps_kernels() is kernels  # read once per process
     # Kernels MPS has (the functional and in-place erfinv through their delegate).
-    assert {"aten::erfinv", "aten::erfinv_", "aten::erfinv.out", "aten::add.out",
-            "aten::_copy_from", "aten::mm", "aten::_fft_r2c"} <= kernels  # fmt: skip
+    assert {
+        "aten::erfinv",
+        "aten::erfinv_",
+        "aten::erfinv.out",
+        "aten::add.out",
+        "aten::_copy_from",
+        "aten::mm",
+        "aten::_fft_r2c",
+    } <= kernels
     # Ops MPS reruns on the CPU by itself (MPSFallback.mm), not in the YAML.
     assert kernels >= mps_ops.MPS_CPU_FALLBACK_OPS
     assert "MPS" not in mps_ops.dispatch_keys()["aten::embedding_renorm_"]
     # Ops it lacks; composite ops need no kernel of their own.
-    assert not {"aten::heaviside.out", "aten::linalg_eig", "aten::special_ndtri.out",
-                "aten::logspace.out", "aten::flatten.using_ints"} & kernels  # fmt: skip
+    assert (
+        not {
+            "aten::heaviside.out",
+            "aten::linalg_eig",
+            "aten::special_ndtri.out",
+            "aten::logspace.out",
+            "aten::flatten.using_ints",
+        }
+        & kernels
+    )
     if torch.__version__.startswith("2.13."):
         assert len(kernels) == 894  # 890 from the YAML, 4 more from MPSFallback.mm
 
@@ -100,5 +115,11 @@ def test_scalar_type_names_are_c10s():
     assert mps_ops.scalar_type_name(torch.float8_e4m3fn) == "Float8_e4m3fn"
     assert torch.float64 not in mps_ops.MPS_DTYPES
     assert torch.complex128 not in mps_ops.MPS_DTYPES
-    assert {torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.complex64,
-            torch.bool} <= mps_ops.MPS_DTYPES  # fmt: skip
+    assert {
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.complex64,
+        torch.bool,
+    } <= mps_ops.MPS_DTYPES

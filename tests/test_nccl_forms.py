@@ -99,8 +99,13 @@ FORMS: dict[str, tuple[Expected, str | None]] = {
 def _sweep(tmp_path: Path, prefix: list[str], env: dict[str, str]) -> list[dict[str, Any]]:
     out = tmp_path / "out"
     out.mkdir()
-    argv = ["--standalone", f"--nproc_per_node={WORLD}", *prefix,
-            str(SCRIPTS / "nccl_forms.py"), str(out)]  # fmt: skip
+    argv = [
+        "--standalone",
+        f"--nproc_per_node={WORLD}",
+        *prefix,
+        str(SCRIPTS / "nccl_forms.py"),
+        str(out),
+    ]
     run([argv], tmp_path, env)
     return [json.loads((out / f"forms{r}.json").read_text()) for r in range(WORLD)]
 

@@ -129,8 +129,11 @@ def test_aten_overloads_below_the_mode_are_placed_by_the_net():
     assert made.shape == strided.shape == (2, 3)
     assert strided.stride() == (1, 2)
     (row,) = _rows("aten::empty.memory_format")
-    assert (row.site.lineno, row.requested, row.decided) == (_line_of("# net: aten"), "cuda:1",
-                                                             "cpu:0")  # fmt: skip
+    assert (row.site.lineno, row.requested, row.decided) == (
+        _line_of("# net: aten"),
+        "cuda:1",
+        "cpu:0",
+    )
     assert [e.requested for e in _rows("aten::empty_strided")] == ["cuda"]
 
 
@@ -162,8 +165,12 @@ def _in_child(code: str) -> dict[str, Any]:
     env.pop("ACTIVATE_TORCH_DEVICE", None)
     completed = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout.strip().splitlines()[-1])
 

@@ -57,8 +57,11 @@ def test_torchscript_requests_land_on_the_accelerator(accelerator):
     assert like.device == accelerator
     assert like.dtype == torch.float16
     assert torch.equal(like.cpu(), torch.full((2,), 3.0, dtype=torch.float16))
-    rows = {(e.api, e.kind, e.requested, e.decided) for e in torchdevice.report().entries
-            if e.site.function == "test_torchscript_requests_land_on_the_accelerator"}  # fmt: skip
+    rows = {
+        (e.api, e.kind, e.requested, e.decided)
+        for e in torchdevice.report().entries
+        if e.site.function == "test_torchscript_requests_land_on_the_accelerator"
+    }
     assert ("aten::empty.memory_format", "redirect", "cuda", "mps:0") in rows
     assert (
         "aten::empty.memory_format",

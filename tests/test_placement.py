@@ -24,11 +24,18 @@ HOSTS = [Host.mps(), Host.cuda(2), Host.cpu()]
 @pytest.mark.parametrize(
     ("request_", "standing"),
     [
-        (None, "host"), ("cpu", "host"), ("cpu:0", "host"), ("cpu:-1", "host"),
-        ("cuda", "device"), ("cuda:1", "device"), (1, "device"), ("mps", "device"),
-        (torch.device("cuda", 0), "device"), ("meta", None),
+        (None, "host"),
+        ("cpu", "host"),
+        ("cpu:0", "host"),
+        ("cpu:-1", "host"),
+        ("cuda", "device"),
+        ("cuda:1", "device"),
+        (1, "device"),
+        ("mps", "device"),
+        (torch.device("cuda", 0), "device"),
+        ("meta", None),
     ],
-)  # fmt: skip
+)
 def test_a_decision_says_what_the_request_stands_for(host, request_, standing):
     decision = decide(request_, host)
     assert decision.standing == standing
@@ -68,9 +75,14 @@ def _requests(x: torch.Tensor) -> int:
 
 
 EXPECTED = [
-    ("torch.zeros", 2), ("Tensor.to", 3), ("Tensor.to", 4), ("Tensor.cuda", 5),
-    ("torch.normal", 6), ("torch.ones_like", 7), ("torch.device", 8),
-]  # fmt: skip
+    ("torch.zeros", 2),
+    ("Tensor.to", 3),
+    ("Tensor.to", 4),
+    ("Tensor.cuda", 5),
+    ("torch.normal", 6),
+    ("torch.ones_like", 7),
+    ("torch.device", 8),
+]
 
 
 def test_requests_through_the_mode_find_the_users_line_above_its_frame(monkeypatch):
@@ -111,8 +123,9 @@ def test_a_path_met_at_another_depth_is_walked_again():
         line = sys._getframe().f_lineno + 1
         torch.zeros(1, device="cuda")
         assert callsite._depths[torch.zeros] == learned  # found again by the entry's code
-        rows = [(e.site.lineno, e.count) for e in torchdevice.report().entries
-                if e.api == "torch.zeros"]  # fmt: skip
+        rows = [
+            (e.site.lineno, e.count) for e in torchdevice.report().entries if e.api == "torch.zeros"
+        ]
     finally:
         torchdevice.disable()
     assert (line, 1) in rows

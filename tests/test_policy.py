@@ -60,21 +60,21 @@ DEF, RED, UNC, FBK = "default", "redirect", "unchanged", "to-cpu"
 
 TABLE = [
     # request                parsed                MPS host      CUDA host (2)   CPU-only host
-    (None,                   None,                 (MPS0, DEF),  (CUDA, DEF),    (CPU0, DEF)),
-    ("cpu",                  CPU0,                 (MPS0, RED),  (CUDA, RED),    (CPU0, UNC)),
-    ("cpu:0",                CPU0,                 (MPS0, RED),  (CUDA, RED),    (CPU0, UNC)),
-    ("cpu:3",                DeviceSpec("cpu", 3), (MPS0, RED),  (CUDA, RED),    (CPU0, UNC)),
-    (torch.device("cpu"),    CPU0,                 (MPS0, RED),  (CUDA, RED),    (CPU0, UNC)),
-    ("mps",                  MPS0,                 (MPS0, UNC),  (CUDA, RED),    (CPU0, FBK)),
-    ("mps:0",                MPS0,                 (MPS0, UNC),  (CUDA, RED),    (CPU0, FBK)),
-    (torch.device("mps"),    MPS0,                 (MPS0, UNC),  (CUDA, RED),    (CPU0, FBK)),
-    ("cuda",                 CUDA,                 (MPS0, RED),  (CUDA, UNC),    (CPU0, FBK)),
-    ("cuda:0",               CUDA0,                (MPS0, RED),  (CUDA0, UNC),   (CPU0, FBK)),
-    ("cuda:1",               CUDA1,                (MPS0, RED),  (CUDA1, UNC),   (CPU0, FBK)),
-    (0,                      CUDA0,                (MPS0, RED),  (CUDA0, UNC),   (CPU0, FBK)),
-    (1,                      CUDA1,                (MPS0, RED),  (CUDA1, UNC),   (CPU0, FBK)),
-    (torch.device("cuda", 1), CUDA1,               (MPS0, RED),  (CUDA1, UNC),   (CPU0, FBK)),
-]  # fmt: skip
+    (None, None, (MPS0, DEF), (CUDA, DEF), (CPU0, DEF)),
+    ("cpu", CPU0, (MPS0, RED), (CUDA, RED), (CPU0, UNC)),
+    ("cpu:0", CPU0, (MPS0, RED), (CUDA, RED), (CPU0, UNC)),
+    ("cpu:3", DeviceSpec("cpu", 3), (MPS0, RED), (CUDA, RED), (CPU0, UNC)),
+    (torch.device("cpu"), CPU0, (MPS0, RED), (CUDA, RED), (CPU0, UNC)),
+    ("mps", MPS0, (MPS0, UNC), (CUDA, RED), (CPU0, FBK)),
+    ("mps:0", MPS0, (MPS0, UNC), (CUDA, RED), (CPU0, FBK)),
+    (torch.device("mps"), MPS0, (MPS0, UNC), (CUDA, RED), (CPU0, FBK)),
+    ("cuda", CUDA, (MPS0, RED), (CUDA, UNC), (CPU0, FBK)),
+    ("cuda:0", CUDA0, (MPS0, RED), (CUDA0, UNC), (CPU0, FBK)),
+    ("cuda:1", CUDA1, (MPS0, RED), (CUDA1, UNC), (CPU0, FBK)),
+    (0, CUDA0, (MPS0, RED), (CUDA0, UNC), (CPU0, FBK)),
+    (1, CUDA1, (MPS0, RED), (CUDA1, UNC), (CPU0, FBK)),
+    (torch.device("cuda", 1), CUDA1, (MPS0, RED), (CUDA1, UNC), (CPU0, FBK)),
+]
 
 TABLE_CELLS = [
     pytest.param(
@@ -546,9 +546,14 @@ def test_only_host_memory_on_a_cuda_host_is_pinned(kind, device_type):
 
 @pytest.mark.parametrize(
     ("generator", "target", "expected"),
-    [("cpu", "cpu", False), ("cpu", "mps:0", True), ("cuda:0", "cuda:0", False),
-     ("cuda:0", "cuda:1", True), ("cpu", "cuda", True)],
-)  # fmt: skip
+    [
+        ("cpu", "cpu", False),
+        ("cpu", "mps:0", True),
+        ("cuda:0", "cuda:0", False),
+        ("cuda:0", "cuda:1", True),
+        ("cpu", "cuda", True),
+    ],
+)
 def test_a_generator_draws_where_it_lives(generator, target, expected):
     assert draws_on_generator(generator, target) is expected
 

@@ -85,11 +85,15 @@ def test_device_arguments_become_one_device_inserted_after_the_imports() -> None
         t = torch.load("f.pt")
         torch.set_default_device("cuda")
         ''',
-        ("torch.zeros", "torch.zeros"), ("Tensor.cuda", "x.cuda"),
+        ("torch.zeros", "torch.zeros"),
+        ("Tensor.cuda", "x.cuda"),
         ("Module.cuda", "nn.Linear(2, 2).cuda"),
-        ("Tensor.to", "y.to"), ("torch.ones", "torch.ones"), ("torch.device", "torch.device"),
-        ("torch.load", "torch.load"), ("torch.set_default_device", "torch.set_default"),
-    )  # fmt: skip
+        ("Tensor.to", "y.to"),
+        ("torch.ones", "torch.ones"),
+        ("torch.device", "torch.device"),
+        ("torch.load", "torch.load"),
+        ("torch.set_default_device", "torch.set_default"),
+    )
     assert new == textwrap.dedent(f'''\
         """Doc."""
         import torch
@@ -175,10 +179,11 @@ def test_nested_spans_make_no_overlapping_edits() -> None:
         import torch
         x = torch.zeros(1, device=torch.device("cuda")).cuda(torch.device("cuda:0"))
         """,
-        ("Tensor.cuda", "torch.zeros(1, device=torch.device(\"cuda\")).cuda"),
+        ("Tensor.cuda", 'torch.zeros(1, device=torch.device("cuda")).cuda'),
         ("torch.zeros", "torch.zeros(1"),
-        ("torch.device", 'torch.device("cuda")'), ("torch.device", 'torch.device("cuda:0")'),
-    )  # fmt: skip
+        ("torch.device", 'torch.device("cuda")'),
+        ("torch.device", 'torch.device("cuda:0")'),
+    )
     assert new.splitlines()[-1] == "x = torch.zeros(1, device=device).to(device)"
 
 
@@ -193,7 +198,7 @@ def test_two_rows_for_one_call_edit_it_once_and_comments_stay_one_line() -> None
         ("Tensor.cuda", "torch.nn.Linear(1, 1).cuda"),
         ("Module.cuda", "torch.nn.Linear(1, 1).cuda"),
         ("torch.zeros", "torch.zeros"),
-    )  # fmt: skip
+    )
     assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
         m = torch.nn.Linear(1, 1).to(device)
         {MARK} the device here is `f( "gpu")`, which the port cannot read: make it `device`
@@ -241,15 +246,17 @@ def test_facade_calls_become_code_that_runs_without_an_accelerator() -> None:
     new, notes = port(
         source,
         ("torch.cuda.manual_seed_all", "torch.cuda.manual_seed_all"),
-        ("torch.cuda.Event", "torch.cuda.Event"), ("torch.cuda.synchronize", "torch.cuda.sync"),
+        ("torch.cuda.Event", "torch.cuda.Event"),
+        ("torch.cuda.synchronize", "torch.cuda.sync"),
         ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
         ("torch.cuda.device_count", "torch.cuda.device_count"),
-        ("torch.cuda.Stream", "torch.cuda.Stream"), ("torch.cuda.stream", "torch.cuda.stream"),
+        ("torch.cuda.Stream", "torch.cuda.Stream"),
+        ("torch.cuda.stream", "torch.cuda.stream"),
         ("torch.cuda.empty_cache", "torch.cuda.empty_cache"),
         ("torch.cuda.device", "torch.cuda.device("),
         ("torch.cuda.current_device", "torch.cuda.current_device"),
         ("torch.cuda.reset_peak_memory_stats", "torch.cuda.reset_peak"),
-    )  # fmt: skip
+    )
     guard = "torch.accelerator.is_available()"
     assert _code_lines(new) == [
         "torch.manual_seed(0)",
@@ -275,9 +282,14 @@ def test_facade_calls_become_code_that_runs_without_an_accelerator() -> None:
     assert all(f"def {name}(" in new for name in ("_device_event", "_device_stream"))
     assert "_current_stream" not in new
     # And the result runs here, on a host without an accelerator, without torchdevice.
-    done = subprocess.run([sys.executable, "-c", new + "\nprint(used, index, n)"],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, "PYTHONPATH": ""})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", new + "\nprint(used, index, n)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert (done.returncode, done.stdout) == (0, "0 0 0\n"), done.stderr
 
 
@@ -352,17 +364,23 @@ GUARD_REMOVED = (
     [
         ('if not torch.cuda.is_available():\n    sys.exit("needs CUDA")\n', GUARD_REMOVED),
         ("if not torch.cuda.is_available():\n    raise SystemExit(1)\n", GUARD_REMOVED),
-        ('if not torch.cuda.is_available():\n    print("no GPU")\n    logger.error("no")\n'
-         "    sys.exit(1)\n", GUARD_REMOVED),
-        ("assert torch.cuda.is_available()\n", f"{MARK} removed `assert torch.cuda."
-         "is_available()`: the ported code runs on the CPU when there is no accelerator\n"),
+        (
+            'if not torch.cuda.is_available():\n    print("no GPU")\n    logger.error("no")\n'
+            "    sys.exit(1)\n",
+            GUARD_REMOVED,
+        ),
+        (
+            "assert torch.cuda.is_available()\n",
+            f"{MARK} removed `assert torch.cuda."
+            "is_available()`: the ported code runs on the CPU when there is no accelerator\n",
+        ),
         # Anything else keeps its meaning, through torch.accelerator.is_available().
-        ('if not torch.cuda.is_available():\n    cleanup()\n    sys.exit(1)\n', None),
+        ("if not torch.cuda.is_available():\n    cleanup()\n    sys.exit(1)\n", None),
         ('if not torch.cuda.is_available():\n    print("no GPU")\n', None),
         ("if not torch.cuda.is_available():\n    sys.exit(1)\nelse:\n    pass\n", None),
         ("ok = not torch.cuda.is_available()\n", None),
     ],
-)  # fmt: skip
+)
 def test_a_guard_that_only_exits_without_cuda_is_removed(guard: str, expected: str | None) -> None:
     source = "import sys\nimport torch\n" + guard + "x = 1\n"
     new, _ = port_source(source, entries_for(source, ("torch.cuda.is_available", "torch.cuda")))
@@ -390,7 +408,7 @@ def test_autocast_gradscaler_and_backend_take_the_device() -> None:
         ("torch.amp.GradScaler", "torch.amp.GradScaler"),
         ("torch.cuda.amp.GradScaler", "torch.cuda.amp.GradScaler"),
         ("torch.distributed.init_process_group", "dist.init_process_group"),
-    )  # fmt: skip
+    )
     assert new.split(DEVICE_LINE + "\n")[1].splitlines() == [
         "with torch.autocast(device.type):",
         "    pass",
@@ -414,16 +432,18 @@ def test_mps_first_code_and_aliases() -> None:
         torch.mps.synchronize()
         sync()
         """,
-        ("torch.backends.mps.is_available", "torch.backends"), ("torch.ones", "torch.ones"),
-        ("torch.mps.synchronize", "torch.mps"), ("torch.cuda.synchronize", "sync"),
-    )  # fmt: skip
+        ("torch.backends.mps.is_available", "torch.backends"),
+        ("torch.ones", "torch.ones"),
+        ("torch.mps.synchronize", "torch.mps"),
+        ("torch.cuda.synchronize", "sync"),
+    )
     assert new.split(DEVICE_LINE + "\n")[1] == textwrap.dedent(f"""\
         {GUARD_REMOVED.replace("CUDA", "MPS")}        x = torch.ones(1, device=device)
         if torch.accelerator.is_available():
             torch.accelerator.synchronize()
         {MARK} a call of torch.cuda.synchronize under another name (`sync`): port it by hand
         sync()
-        """)  # fmt: skip
+        """)
     assert len(notes) == 1
 
 
@@ -457,8 +477,9 @@ def test_positions_are_byte_columns_and_a_changed_file_is_left_alone() -> None:
     source = 'import torch\nname = "é"; x = torch.zeros(1, device="cuda")\n'
     new, _ = port_source(source, entries_for(source, ("torch.zeros", "torch.zeros")))
     assert new.endswith('name = "é"; x = torch.zeros(1, device=device)\n')
-    stale = Entry(CallSite("x.py", 2, "f"), "redirect", "torch.zeros", "cuda", "cpu", "", 1,
-                  ((2, 2, 0, 5),))  # fmt: skip
+    stale = Entry(
+        CallSite("x.py", 2, "f"), "redirect", "torch.zeros", "cuda", "cpu", "", 1, ((2, 2, 0, 5),)
+    )
     assert port_source(source, [stale]) == (source, ())
     # Python 3.10 keeps no spans: the calls on the row's line with the API's name are used.
     unplaced = Entry(CallSite("x.py", 2, "f"), "redirect", "torch.zeros", "cuda", "cpu", "", 1)
@@ -470,8 +491,16 @@ def test_library_files_are_skipped_and_the_patch_applies(tmp_path: Path) -> None
     script.write_text('import torch\nx = torch.ones(2, device="cuda")\n', encoding="utf-8")
     user = entries_for(script.read_text(), ("torch.ones", "torch.ones"))[0]
     user = dataclasses.replace(user, site=CallSite(str(script), 2, "<module>"))
-    library = Entry(CallSite(os.path.join(os.path.dirname(ast.__file__), "ast.py"), 1, "f"),
-                    "redirect", "torch.ones", "cuda", "cpu", "", 1, ())  # fmt: skip
+    library = Entry(
+        CallSite(os.path.join(os.path.dirname(ast.__file__), "ast.py"), 1, "f"),
+        "redirect",
+        "torch.ones",
+        "cuda",
+        "cpu",
+        "",
+        1,
+        (),
+    )
     assert library_of(library.site.filename) == "ast"  # the standard library
     assert library_of(torch.__file__) == "torch"
     assert library_of(cli.__file__) == "torchdevice"
@@ -512,8 +541,11 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
     script.write_text("import torch\nprint(torch.ones(2).cuda().device)\n", encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "torchdevice", "port", "--root", str(tmp_path), str(script)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("diff --git a/t.py b/t.py\n")  # the script's print: stderr
     assert "+print(torch.ones(2).to(device).device)\n" in done.stdout
@@ -526,16 +558,20 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "why"),
     [
-        ('{"schema_version": 99, "entries": []}',
-         "migration report schema version 99 is newer than this torchdevice reads (1): "
-         "upgrade torchdevice"),
+        (
+            '{"schema_version": 99, "entries": []}',
+            "migration report schema version 99 is newer than this torchdevice reads (1): "
+            "upgrade torchdevice",
+        ),
         ("[1, 2]", "it is not a JSON object"),
         ('{"entries": [{"file": "x.py"}]}', "missing field 'kind'"),
-        ('{"entries": [{"file": "x.py", "line": 1, "function": "f", "kind": "odd", "api": "a",'
-         ' "requested": "cuda", "decided": "cpu", "reason": "r", "count": 1}]}',
-         "unknown event kind 'odd' in a migration report entry"),
+        (
+            '{"entries": [{"file": "x.py", "line": 1, "function": "f", "kind": "odd", "api": "a",'
+            ' "requested": "cuda", "decided": "cpu", "reason": "r", "count": 1}]}',
+            "unknown event kind 'odd' in a migration report entry",
+        ),
     ],
-)  # fmt: skip
+)
 def test_cli_port_refuses_a_report_it_cannot_read_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str
 ) -> None:
@@ -597,11 +633,13 @@ def test_cli_port_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
         ("torch.autocast", 'torch.autocast("cuda")'),
         ("torch.amp.GradScaler", 'torch.amp.GradScaler("cuda")'),
         ("torch.load", 'torch.load(f, map_location="cuda")'),
-        ("torch.distributed.init_process_group",
-         'torch.distributed.init_process_group(backend="nccl")'),
+        (
+            "torch.distributed.init_process_group",
+            'torch.distributed.init_process_group(backend="nccl")',
+        ),
         ("torch.distributed.new_group", 'torch.distributed.new_group(backend="nccl")'),
     ],
-)  # fmt: skip
+)
 def test_the_patch_writes_what_the_report_advises_for_device_arguments(api: str, call: str) -> None:
     """The other rows the report advises on: the advice's code is in the ported line."""
     source = f"import torch\ndef f(x, model, f):\n    result = {call}\n"

@@ -151,9 +151,14 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
     assert [file.path for file in result.files] == [name]
     assert all(why.startswith("not yours (") for _, why in result.skipped), result.skipped
     applied = subprocess.run(
-        ["git", "apply", "-"], cwd=repo, input=result.patch, text=True, capture_output=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+        ["git", "apply", "-"],
+        cwd=repo,
+        input=result.patch,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert applied.returncode == 0, applied.stderr + result.patch
     ported = script.read_text(encoding="utf-8")
     assert ported == result.files[0].new

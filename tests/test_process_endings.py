@@ -36,9 +36,14 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _python(tmp_path: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *map(str, args)], cwd=tmp_path, env=_env(tmp_path),
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        [sys.executable, *map(str, args)],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def _script(tmp_path: Path, body: str) -> Path:
@@ -133,9 +138,14 @@ def test_sigterm_ends_every_process_and_leaves_no_directory(
     if form == TORCHRUN:
         env["ACTIVATE_TORCH_DEVICE"] = "1"
     process = subprocess.Popen(
-        [sys.executable, *form, str(script)], cwd=tmp_path, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, *form, str(script)],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         assert process.stdout is not None
         ready, printed = 0, []

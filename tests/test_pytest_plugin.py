@@ -197,15 +197,19 @@ def test_whole_suite_redirected_from_before_conftest_import(pytester: pytest.Pyt
     )
     report = json.loads((pytester.path / "report.json").read_text())
     assert report["host"].startswith("cpu host")
-    redirects = sorted((e["function"], e["api"], e["requested"])
-                       for e in report["entries"] if e["kind"] == "redirect")  # fmt: skip
+    redirects = sorted(
+        (e["function"], e["api"], e["requested"])
+        for e in report["entries"]
+        if e["kind"] == "redirect"
+    )
     assert redirects == [
         ("test_gpu_only_runs", "torch.ones", "cuda"),
         ("test_redirected_again_after_the_native_test", "torch.zeros", "cuda:0"),
     ]
     # The suite's own torch.cuda.is_available() calls are lines to port too.
-    asked = {(Path(e["file"]).name, e["api"]) for e in report["entries"]
-             if e["kind"] == "device-api"}  # fmt: skip
+    asked = {
+        (Path(e["file"]).name, e["api"]) for e in report["entries"] if e["kind"] == "device-api"
+    }
     assert ("conftest.py", "torch.cuda.is_available") in asked
     assert ("test_suite.py", "torch.cuda.is_available") in asked
 
@@ -254,9 +258,16 @@ def test_fixture_nests(torchdevice):
 def test_xdist_workers_are_redirected_and_reports_merged(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_dist=XDIST_SUITE)
     result = pytester.runpytest_subprocess(
-        "-p", "xdist", "-n", "2", "-p", "no:cacheprovider",
-        "--torchdevice", "--torchdevice-report", "out/report.txt",
-    )  # fmt: skip
+        "-p",
+        "xdist",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--torchdevice",
+        "--torchdevice-report",
+        "out/report.txt",
+    )
     result.stdout.fnmatch_lines(
         [
             "torchdevice: redirecting to cpu (cpu host, *)",
@@ -284,9 +295,17 @@ def test_xdist_workers_are_redirected_and_reports_merged(pytester: pytest.Pytest
 
 def test_merge_adds_counts_of_the_same_call_site() -> None:
     def entry(line: int, count: int) -> dict[str, object]:
-        return {"file": "a.py", "line": line, "function": "f", "kind": "redirect",
-                "api": "torch.ones", "requested": "cuda", "decided": "cpu:0",
-                "reason": "why", "count": count}  # fmt: skip
+        return {
+            "file": "a.py",
+            "line": line,
+            "function": "f",
+            "kind": "redirect",
+            "api": "torch.ones",
+            "requested": "cuda",
+            "decided": "cpu:0",
+            "reason": "why",
+            "count": count,
+        }
 
     raw = [{"entries": [entry(1, 2), entry(2, 1)]}, {"entries": [entry(1, 3)], "ranks": [1]}, {}]
     merged = merge([MigrationReport.from_dict(r) for r in raw], "cpu host")
@@ -333,9 +352,11 @@ def test_a_bad_activation_variable_does_not_stop_a_run_without_the_option(
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(
-        ["*PytestConfigWarning: invalid ACTIVATE_TORCH_DEVICE='maybe' from the environment: "
-         "expected a boolean*; torchdevice stays off"]
-    )  # fmt: skip
+        [
+            "*PytestConfigWarning: invalid ACTIVATE_TORCH_DEVICE='maybe' from the environment: "
+            "expected a boolean*; torchdevice stays off"
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -347,9 +368,12 @@ def test_a_bad_activation_variable_does_not_stop_a_run_without_the_option(
     ],
 )
 def test_a_bad_setting_is_a_usage_error_under_the_option(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str, value: str,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
     message: str,
-) -> None:  # fmt: skip
+) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
     monkeypatch.setenv(variable, value)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--torchdevice")

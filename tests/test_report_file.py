@@ -36,9 +36,14 @@ def _run(tmp_path: Path, activate: str, *args: str, **env: str) -> subprocess.Co
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(activate=activate), encoding="utf-8")
     return subprocess.run(
-        [sys.executable, *args, str(script)], cwd=tmp_path, env=_env(**env),
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [sys.executable, *args, str(script)],
+        cwd=tmp_path,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def _rows(path: Path) -> list[tuple[str, int, str]]:

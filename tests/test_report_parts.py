@@ -125,8 +125,13 @@ def test_the_root_merges_every_surviving_process_and_leaves_no_file(tmp_path: Pa
     env = _env(tmpdir)
     completed = subprocess.run(
         _python("-m", "torchdevice", root),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     output = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
 
     # The job ends as the script says; the children ended as they were told to.
@@ -182,8 +187,13 @@ def test_disable_in_the_root_keeps_the_parts_and_removes_the_directory(
     env[report_parts.ENV] = os.environ[report_parts.ENV]  # inherited, as a child would
     completed = subprocess.run(
         _python(child, "4", "ok"),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stderr
     assert directory.stat().st_mode & 0o077 == 0, "the folder is private to its user"
     torch.ones(1, device="cuda")

@@ -189,9 +189,10 @@ def test_activation_variables_other_values_are_an_error(variable, raw):
 
 #: Every boolean variable torchdevice reads, and how to read it back.
 BOOLEAN_VARIABLES = ["ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"] + [
-    variable for variable, field in ENV_VARS.items() if field in ("keep_cpu", "fallback",
-                                                                   "cuda_available")
-]  # fmt: skip
+    variable
+    for variable, field in ENV_VARS.items()
+    if field in ("keep_cpu", "fallback", "cuda_available")
+]
 
 
 def _read_bool(variable: str, raw: str) -> bool:
@@ -329,9 +330,13 @@ def test_defaults_need_no_pydantic():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHDEVICE_", "ACTIVATE_"))}
     env.pop("TORCH_ALLOW_REDIRECTS", None)
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
         check=True,
-    )  # fmt: skip
+    )
     assert done.stdout.split("\n")[:2] == ["False", "INFO True"]
 
 

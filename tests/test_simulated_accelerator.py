@@ -89,21 +89,42 @@ def test_the_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
     assert all(has_kernel(name, "CPU") for name in supported | missing)
     # Ops a hand-written list once called missing, which MPS has had for releases, and ops
     # it really lacks in torch 2.13 (structured delegates resolved: erfinv via erfinv.out).
-    assert {"aten::erfinv", "aten::erfinv_", "aten::erfinv.out", "aten::histc",
-            "aten::kthvalue.values", "aten::_cdist_forward", "aten::linalg_qr",
-            "aten::grid_sampler_2d_backward", "aten::_fft_r2c"} <= supported  # fmt: skip
-    assert {"aten::heaviside.out", "aten::linalg_eig", "aten::take", "aten::mode",
-            "aten::_pdist_forward", "aten::logspace.out",
-            "aten::_upsample_bilinear2d_aa_backward"} <= missing  # fmt: skip
+    assert {
+        "aten::erfinv",
+        "aten::erfinv_",
+        "aten::erfinv.out",
+        "aten::histc",
+        "aten::kthvalue.values",
+        "aten::_cdist_forward",
+        "aten::linalg_qr",
+        "aten::grid_sampler_2d_backward",
+        "aten::_fft_r2c",
+    } <= supported
+    assert {
+        "aten::heaviside.out",
+        "aten::linalg_eig",
+        "aten::take",
+        "aten::mode",
+        "aten::_pdist_forward",
+        "aten::logspace.out",
+        "aten::_upsample_bilinear2d_aa_backward",
+    } <= missing
     assert len(supported) > 800
     assert len(missing) > 150
 
 
 @pytest.mark.parametrize(
     "dtype",
-    [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool, torch.complex64,
-     torch.complex128],
-)  # fmt: skip
+    [
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    ],
+)
 def test_values_round_trip(simgpu, dtype):
     source = (torch.arange(12).reshape(3, 4) % 3).to(dtype)
     on_device = source.to(NAME)
@@ -406,10 +427,14 @@ def test_storages_are_allocated_on_the_device(simgpu):
     assert torch.UntypedStorage(4).simgpu().device.type == NAME  # storage.<name>() exists
 
 
-def test_autocast_is_accepted_and_casts_nothing(simgpu):
+def test_autocast_casts_as_on_mps(simgpu):
+    """MPS's default autocast dtype, matmuls in the autocast dtype, log_softmax in float32."""
+    assert torch.get_autocast_dtype(NAME) == torch.get_autocast_dtype("mps") == torch.float16
     a = torch.ones(2, 2, device=NAME)
     with torch.autocast(NAME, dtype=torch.bfloat16):
-        assert (a @ a).dtype == torch.float32
+        assert (a @ a).dtype == torch.bfloat16
+        assert torch.log_softmax(a.bfloat16(), -1).dtype == torch.float32
+    assert (a @ a).dtype == torch.float32
 
 
 mirror_in_parent(globals())

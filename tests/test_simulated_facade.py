@@ -40,9 +40,11 @@ def test_memory_summary_and_stats_on_a_registered_backend(accelerator):
     assert f"Source: torch.{NAME} (a registered backend)" in summary
     stats = torch.cuda.memory_stats()
     assert sorted(stats) == [
-        "allocated_bytes.all.current", "allocated_bytes.all.peak",
-        "reserved_bytes.all.current", "reserved_bytes.all.peak",
-    ]  # fmt: skip
+        "allocated_bytes.all.current",
+        "allocated_bytes.all.peak",
+        "reserved_bytes.all.current",
+        "reserved_bytes.all.peak",
+    ]
     assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"] > 0
     del buffer
 

@@ -35,14 +35,31 @@ def test_the_launcher_option_reaches_every_kind_of_child(child_env):  # noqa: F8
     """subprocess, spawn Pool, DataLoader workers (fork and spawn, pin_memory), os.fork, mp
     fork: each registers the simulated device and lands "cuda" on it."""
     out = run(
-        ["python", "-m", "torchdevice", "--no-report", "--host", "simulated-mps",
-         TESTS / "children" / "start_children.py"],
+        [
+            "python",
+            "-m",
+            "torchdevice",
+            "--no-report",
+            "--host",
+            "simulated-mps",
+            TESTS / "children" / "start_children.py",
+        ],
         child_env,
         timeout=600,
-    )  # fmt: skip
+    )
     by_who = records(out)
-    assert sorted(by_who) == sorted(["parent", "subprocess", "pool-0", "pool-1", "loader-fork",
-                                     "loader-spawn", "os-fork", "mp-fork"])  # fmt: skip
+    assert sorted(by_who) == sorted(
+        [
+            "parent",
+            "subprocess",
+            "pool-0",
+            "pool-1",
+            "loader-fork",
+            "loader-spawn",
+            "os-fork",
+            "mp-fork",
+        ]
+    )
     for record in by_who.values():
         assert record["device"] == SIMULATED, record
         assert record.get("cuda", True) is True, record
@@ -53,8 +70,15 @@ def test_the_launcher_option_reaches_every_kind_of_child(child_env):  # noqa: F8
 
 
 def test_the_environment_reaches_torchrun_workers(child_env):  # noqa: F811
-    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "torchdevice",
-               "--no-report", TESTS / "children" / "ranks.py"]  # fmt: skip
+    command = [
+        TORCHRUN,
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "torchdevice",
+        "--no-report",
+        TESTS / "children" / "ranks.py",
+    ]
     by_who = records(run(command, _simulated_env(child_env), timeout=600))
     assert sorted(by_who) == ["rank-0", "rank-1"]
     assert {record["device"] for record in by_who.values()} == {SIMULATED}  # cuda:n -> mps:0
@@ -73,14 +97,19 @@ def test_a_cuda_first_training_script_matches_the_cpu(child_env, tmp_path):  # n
         out = tmp_path / host
         out.mkdir()
         options = [] if host == "simulated" else ["--host", "cpu"]
-        run(["python", "-m", "torchdevice", "--no-report", *options, script, out, "spawn"], env,
-            timeout=600)  # fmt: skip
+        run(
+            ["python", "-m", "torchdevice", "--no-report", *options, script, out, "spawn"],
+            env,
+            timeout=600,
+        )
         results[host] = json.loads((out / "result.json").read_text())
     simulated, cpu = results["simulated"], results["cpu"]
     assert simulated["devices"] == {
-        "model": SIMULATED, "loaded": SIMULATED, "child": SIMULATED,
+        "model": SIMULATED,
+        "loaded": SIMULATED,
+        "child": SIMULATED,
         "workers": [SIMULATED, SIMULATED],
-    }  # fmt: skip
+    }
     assert cpu["devices"]["model"] == "cpu"
     for key in ("losses", "weights", "ema"):
         assert simulated[key] == cpu[key], key
@@ -112,9 +141,16 @@ def test_the_pytest_option_reaches_xdist_workers(pytester: pytest.Pytester) -> N
         """
     )
     result = pytester.runpytest_subprocess(
-        "-p", "xdist", "-n", "1", "-p", "no:cacheprovider", "--torchdevice-host",
-        "simulated-mps", timeout=600,
-    )  # fmt: skip
+        "-p",
+        "xdist",
+        "-n",
+        "1",
+        "-p",
+        "no:cacheprovider",
+        "--torchdevice-host",
+        "simulated-mps",
+        timeout=600,
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["torchdevice: redirecting to simgpu:0 (mps host, *"])
 
@@ -134,10 +170,25 @@ def test_compare_runs_only_the_redirected_run_on_the_simulated_host(tmp_path: Pa
     env.pop("ACTIVATE_TORCH_DEVICE", None)
     for options, output in ((["--host", "simulated-mps"], "by-option"), ([], "by-env")):
         done = subprocess.run(
-            [sys.executable, "-m", "torchdevice", "compare", "--quiet", "--output",
-             str(tmp_path / output), *options, "-p", "no:cacheprovider", str(suite)],
-            env=env, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "torchdevice",
+                "compare",
+                "--quiet",
+                "--output",
+                str(tmp_path / output),
+                *options,
+                "-p",
+                "no:cacheprovider",
+                str(suite),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         data = json.loads((tmp_path / output / "compare.json").read_text())
         (test,) = data["tests"]
@@ -171,8 +222,12 @@ def test_without_a_compiler_the_error_is_one_line(tmp_path: Path) -> None:
     env |= {"CXX": str(tmp_path / "no-such-c++"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "cache")}
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", "--host", "simulated-mps", str(script)],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

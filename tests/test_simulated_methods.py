@@ -34,8 +34,12 @@ def _sweep(progress: Path, **extra_env: str) -> tuple[dict[str, tuple[str, str]]
     while True:
         result = subprocess.run(
             [sys.executable, str(SCRIPT), str(progress), *crashed],
-            env=env, capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         lines = progress.read_text(encoding="utf-8").splitlines() if progress.exists() else []
         if lines and lines[-1] == "finished" and result.returncode == 0:
             break

@@ -74,21 +74,38 @@ REASONS = {
 #: op name (with variant) -> reason, for every dtype swept.
 EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
-        ["double", "cdouble", "float_power", "softmax.with_dtype", "log_softmax.with_dtype",
-         "nn.functional.softmin.with_dtype", "linalg.pinv", "linalg.pinv.hermitian",
-         "linalg.pinv.singular", "pinverse", "linalg.matrix_rank",
-         "linalg.matrix_rank.hermitian", "renorm"],
+        [
+            "double",
+            "cdouble",
+            "float_power",
+            "softmax.with_dtype",
+            "log_softmax.with_dtype",
+            "nn.functional.softmin.with_dtype",
+            "linalg.pinv",
+            "linalg.pinv.hermitian",
+            "linalg.pinv.singular",
+            "pinverse",
+            "linalg.matrix_rank",
+            "linalg.matrix_rank.hermitian",
+            "renorm",
+        ],
         FLOAT64,
     ),
     **dict.fromkeys(
-        ["linalg.slogdet", "linalg.solve", "linalg.solve_ex",
-         "linalg.tensorsolve", "logdet", "_upsample_bilinear2d_aa"],
+        [
+            "linalg.slogdet",
+            "linalg.solve",
+            "linalg.solve_ex",
+            "linalg.tensorsolve",
+            "logdet",
+            "_upsample_bilinear2d_aa",
+        ],
         BACKWARD_KERNEL,
     ),
     **dict.fromkeys(["sparse.mm.reduce", "sparse.sampled_addmm", "to_sparse"], SPARSE),
     "to": DTYPE_RULE,
     "as_strided.partial_views": STORAGE,
-}  # fmt: skip
+}
 
 #: Ops whose result is uninitialised memory: only shape, dtype and device are compared.
 UNINITIALISED = {"empty_like", "new_empty", "new_empty_strided"}
@@ -297,8 +314,16 @@ def test_the_exclusions_are_still_needed(sweep):
 def test_ops_mps_lacks_went_through_the_fallback(sweep):
     """The sweep exercises the fallback, with ops MPS lacks (the others ran on the device)."""
     fell_back = {name for name, dtype in sweep.fell_back if dtype == torch.float32}
-    assert {"heaviside", "take", "mode", "special.ndtri", "nn.functional.pdist",
-            "linalg.eigvals", "put", "matrix_exp"} <= fell_back  # fmt: skip
+    assert {
+        "heaviside",
+        "take",
+        "mode",
+        "special.ndtri",
+        "nn.functional.pdist",
+        "linalg.eigvals",
+        "put",
+        "matrix_exp",
+    } <= fell_back
     assert len(fell_back) >= 40
     assert not fell_back & {"add", "mul", "sin", "matmul", "nn.functional.conv2d", "sum"}
 

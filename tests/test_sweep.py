@@ -29,11 +29,27 @@ EXCLUDED = {
 
 #: Ops the sweep must reach: a collection that finds fewer is broken, not faster.
 EXPECTED = {
-    "arange", "empty", "empty_permuted", "empty_strided", "eye", "full", "linspace",
-    "linspace.tensor_overload", "logspace", "logspace.tensor_overload", "normal.number_mean",
-    "ones", "randint", "randn", "scalar_tensor", "tril_indices", "triu_indices", "zeros",
-    "signal.windows.hann", "signal.windows.kaiser",
-}  # fmt: skip
+    "arange",
+    "empty",
+    "empty_permuted",
+    "empty_strided",
+    "eye",
+    "full",
+    "linspace",
+    "linspace.tensor_overload",
+    "logspace",
+    "logspace.tensor_overload",
+    "normal.number_mean",
+    "ones",
+    "randint",
+    "randn",
+    "scalar_tensor",
+    "tril_indices",
+    "triu_indices",
+    "zeros",
+    "signal.windows.hann",
+    "signal.windows.kaiser",
+}
 
 
 def test_the_sweep_reaches_every_factory_in_op_db():

@@ -160,8 +160,9 @@ def test_launched_script_with_threads_exits_0_every_time(name, tmp_path, busy_cp
     for result in results:  # the report comes last, after the interpreter joined threads
         assert "torchdevice migration report" in result.stderr
     if name == "threads_still_running_at_exit":  # they ran redirected, and were counted
-        match = re.search(rf"{name}.py:5 in work\(\): torch.ones\(cuda\) -> cpu:0 x(\d+)",
-                          results[0].stderr)  # fmt: skip
+        match = re.search(
+            rf"{name}.py:5 in work\(\): torch.ones\(cuda\) -> cpu:0 x(\d+)", results[0].stderr
+        )
         assert match is not None, results[0].stderr
         # 3 threads x 50 calls, all after main returned; the report's lock-free counter
         # may lose a bump to a thread switch (Runtime.count), never a call site.

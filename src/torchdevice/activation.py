@@ -259,14 +259,15 @@ def _options_signature(returns: str) -> inspect.Signature:
     return inspect.Signature(
         [
             inspect.Parameter(
-                field.name, inspect.Parameter.KEYWORD_ONLY,
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
                 default=_FromEnvironment(_FIELD_VARS.get(field.name), field.default),
                 annotation=field.type,
             )
             for field in dataclasses.fields(Settings)
         ],
         return_annotation=returns,
-    )  # fmt: skip
+    )
 
 
 enable.__signature__ = _options_signature("None")  # type: ignore[attr-defined]

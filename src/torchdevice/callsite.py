@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 
 __all__ = [
-    "CallSite", "Position", "caller", "entered", "first_user", "is_internal", "past_overrides",
-    "position_of", "set_entry", "site_of", "user_frame",
-]  # fmt: skip
+    "CallSite",
+    "Position",
+    "caller",
+    "entered",
+    "first_user",
+    "is_internal",
+    "past_overrides",
+    "position_of",
+    "set_entry",
+    "site_of",
+    "user_frame",
+]
 
 
 def _package_dir(module_name: str) -> str:

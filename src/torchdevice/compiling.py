@@ -52,10 +52,18 @@ if TYPE_CHECKING:
     from torchdevice.runtime import Resolved, Runtime
 
 __all__ = [
-    "build_trace_rules_natively", "by_serial", "clear_trace_rules", "constant_for_dynamo",
-    "graph_break", "is_compiling", "is_tracing", "register", "resolve_traced",
-    "traced_device", "traced_slot",
-]  # fmt: skip
+    "build_trace_rules_natively",
+    "by_serial",
+    "clear_trace_rules",
+    "constant_for_dynamo",
+    "graph_break",
+    "is_compiling",
+    "is_tracing",
+    "register",
+    "resolve_traced",
+    "traced_device",
+    "traced_slot",
+]
 
 #: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
 is_tracing = torch.compiler.is_dynamo_compiling
@@ -135,9 +143,14 @@ def traced_slot(serial: int, live: bool, func: Callable[..., Any]) -> int:
 #: A resolution as plain constants: dynamo can read attributes of the objects a constant
 #: function returns, but not run their properties, so the decision travels as its fields.
 _Flat = tuple[
-    tuple[str, "int | None"], "tuple[str, int | None] | None", Action, str, bool,
-    torch.device, "EventKind | None",
-]  # fmt: skip
+    tuple[str, "int | None"],
+    "tuple[str, int | None] | None",
+    Action,
+    str,
+    bool,
+    torch.device,
+    "EventKind | None",
+]
 
 
 def resolve_traced(runtime: Runtime, request: object) -> Resolved:
@@ -157,9 +170,12 @@ def resolve_traced(runtime: Runtime, request: object) -> Resolved:
     flat = _traced_resolution(runtime.serial, runtime.state.cpu_override, request)
     device_spec, requested, action, reason, toggle, device, kind = flat
     decision = Decision(
-        DeviceSpec(*device_spec), None if requested is None else DeviceSpec(*requested),
-        action, reason, toggle,
-    )  # fmt: skip
+        DeviceSpec(*device_spec),
+        None if requested is None else DeviceSpec(*requested),
+        action,
+        reason,
+        toggle,
+    )
     if toggle:
         # Flipping the override is a side effect on the runtime, not a graph op: a graph
         # break runs it eagerly (fullgraph=True reports it as the reason).
@@ -180,9 +196,14 @@ def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Fla
     decision, device, kind = by_serial(serial).lookup(request)
     spec, requested = decision.device, decision.requested
     return (
-        (spec.type, spec.index), None if requested is None else (requested.type, requested.index),
-        decision.action, decision.reason, decision.toggle_override, device, kind,
-    )  # fmt: skip
+        (spec.type, spec.index),
+        None if requested is None else (requested.type, requested.index),
+        decision.action,
+        decision.reason,
+        decision.toggle_override,
+        device,
+        kind,
+    )
 
 
 def traced_device(runtime: Runtime, spec: DeviceSpec) -> torch.device:

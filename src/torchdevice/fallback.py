@@ -291,9 +291,11 @@ class Fallback:
         with self._lock:
             self._keys.add(key)
             self.functions.add(func)
-        reason = "cached: failed before on this device" if error is None and not first else (
-            _first_line(error) if error is not None else "in-place fallback"
-        )  # fmt: skip
+        reason = (
+            "cached: failed before on this device"
+            if error is None and not first
+            else (_first_line(error) if error is not None else "in-place fallback")
+        )
         requested = ", ".join([str(device), *(str(d).removeprefix("torch.") for d in dtypes)])
         self.runtime.note_event("fallback", api_name(func), requested, "cpu", reason)
 

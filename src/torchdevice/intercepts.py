@@ -103,15 +103,19 @@ def _narrow_float64(
     """
     if dtype is torch.float64 and device is not None and device.type == rt.float64_device:
         rt.note_event(
-            "dtype", api_name(func), f"{device}, float64", f"{device}, float32",
+            "dtype",
+            api_name(func),
+            f"{device}, float64",
+            f"{device}, float32",
             "MPS has no float64: float32 on the device",
-        )  # fmt: skip
+        )
         return torch.float32
     return dtype
 
 
-def _factory_dtype(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> None:  # fmt: skip
+def _factory_dtype(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     """Apply the dtype rule to a factory's ``dtype=`` (or its float64 data) in place."""
     dtype = kwargs.get("dtype")
     if dtype is None and func in _DATA_FACTORIES and args:
@@ -162,9 +166,11 @@ def factory(
 
 
 def _from_data(
-    func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     wanted: Standing | None,
-) -> Any:  # fmt: skip
+) -> Any:
     """``torch.tensor/as_tensor/asarray(data, device=...)`` with the device's copy rules.
 
     Data on the host (a NumPy array, a host tensor) given to a device request is copied,
@@ -248,9 +254,15 @@ def generator_bound(
 
 
 _GENERATOR_OPS = (
-    "random_", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_",
-    "log_normal_", "cauchy_",
-)  # fmt: skip
+    "random_",
+    "uniform_",
+    "normal_",
+    "bernoulli_",
+    "exponential_",
+    "geometric_",
+    "log_normal_",
+    "cauchy_",
+)
 _GENERATOR_FUNCTIONS = ("bernoulli", "multinomial", "poisson")
 
 
@@ -351,8 +363,9 @@ def tensor_to(
     return result if wanted is None else moved(source, result, wanted)
 
 
-def _to_dtype_rule(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
+def _to_dtype_rule(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``Tensor.to`` landing float64 on MPS: normalise the arguments, narrow the dtype."""
     tensor, *positional = args
     # ``copy`` follows ``non_blocking`` in each form: .to(device, dtype, non_blocking, copy),
@@ -370,9 +383,12 @@ def _to_dtype_rule(rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...],
     if narrowed is wanted:
         return args, kwargs
     new_kwargs = {
-        "device": target, "dtype": narrowed, "non_blocking": non_blocking, "copy": copy,
+        "device": target,
+        "dtype": narrowed,
+        "non_blocking": non_blocking,
+        "copy": copy,
         "memory_format": memory_format if memory_format is not None else torch.preserve_format,
-    }  # fmt: skip
+    }
     return (tensor,), new_kwargs
 
 
@@ -405,8 +421,14 @@ def parse_to(
     return (device_object(device, wanted, distinct=True), *rest)
 
 
-def _move(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor, request: object,
-          non_blocking: bool, memory_format: torch.memory_format) -> Any:  # fmt: skip
+def _move(
+    rt: Runtime,
+    func: Callable[..., Any],
+    tensor: torch.Tensor,
+    request: object,
+    non_blocking: bool,
+    memory_format: torch.memory_format,
+) -> Any:
     """``.cuda()``/``.cpu()`` as ``.to(device)``, with the device's copy semantics."""
     decision, device = rt.place(request, func)
     dtype = tensor.dtype
@@ -548,11 +570,15 @@ def pin_memory(
 
 
 _EXPLICIT_FACTORIES = (
-    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
     "randint_like",
-)  # fmt: skip
-_NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
-                "new_tensor")  # fmt: skip
+)
+_NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
 
 
 def _factories() -> set[Callable[..., Any]]:

@@ -35,10 +35,17 @@ from torchdevice import ledger
 from torchdevice.callsite import CallSite
 
 __all__ = [
-    "GROUP", "LAUNCHER_GROUP", "at_site", "configure_logging",
-    "fallback_logger", "logger", "redirects_logger", "report_logger", "show_on_stderr",
+    "GROUP",
+    "LAUNCHER_GROUP",
+    "at_site",
+    "configure_logging",
+    "fallback_logger",
+    "logger",
+    "redirects_logger",
+    "report_logger",
+    "show_on_stderr",
     "threads_logger",
-]  # fmt: skip
+]
 
 logger = logging.getLogger("torchdevice")
 logger.addHandler(logging.NullHandler())

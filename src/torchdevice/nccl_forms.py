@@ -62,9 +62,14 @@ Run = Callable[[inspect.BoundArguments], Any]
 _NCCL_GROUPS: weakref.WeakSet[dist.ProcessGroup] = weakref.WeakSet()
 
 #: Dtypes gloo cannot move and NCCL moves as bytes.
-_AS_BYTES = frozenset({
-    torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz,
-})  # fmt: skip
+_AS_BYTES = frozenset(
+    {
+        torch.float8_e4m3fn,
+        torch.float8_e4m3fnuz,
+        torch.float8_e5m2,
+        torch.float8_e5m2fnuz,
+    }
+)
 
 
 def mark(group: Any) -> None:
@@ -162,10 +167,16 @@ def all_gather_into_tensor(run: Run, bound: inspect.BoundArguments) -> Any:
         return run(bound)
     world = _size(bound)
     gloo_form = (world * input_.shape[0], *input_.shape[1:]) if input_.dim() else (world,)
-    if (output.dtype != input_.dtype or output.numel() != world * input_.numel()
-            or not output.is_contiguous()  # NCCL refuses it too ("must be contiguous")
-            or (tuple(output.shape) == gloo_form and not input_.requires_grad
-                and input_.dtype not in _AS_BYTES)):  # fmt: skip
+    if (
+        output.dtype != input_.dtype
+        or output.numel() != world * input_.numel()
+        or not output.is_contiguous()  # NCCL refuses it too ("must be contiguous")
+        or (
+            tuple(output.shape) == gloo_form
+            and not input_.requires_grad
+            and input_.dtype not in _AS_BYTES
+        )
+    ):
         return run(bound)
     _note(f"all_gather_into_tensor {tuple(input_.shape)} -> {tuple(output.shape)}")
     with _plain():
@@ -184,9 +195,12 @@ def reduce_scatter_tensor(run: Run, bound: inspect.BoundArguments) -> Any:
     world = _size(bound)
     gloo_form = (world * output.shape[0], *output.shape[1:]) if output.dim() else (world,)
     premul = _is_premul(op)
-    if (output.dtype != input_.dtype or input_.numel() != world * output.numel()
-            or not output.is_contiguous()  # NCCL refuses it too ("must be contiguous")
-            or (tuple(input_.shape) == gloo_form and not premul)):  # fmt: skip
+    if (
+        output.dtype != input_.dtype
+        or input_.numel() != world * output.numel()
+        or not output.is_contiguous()  # NCCL refuses it too ("must be contiguous")
+        or (tuple(input_.shape) == gloo_form and not premul)
+    ):
         return run(bound)
     _note(f"reduce_scatter_tensor {tuple(input_.shape)} -> {tuple(output.shape)}")
     with _plain():
@@ -253,8 +267,11 @@ def broadcast(run: Run, bound: inspect.BoundArguments) -> Any:
 def all_gather(run: Run, bound: inspect.BoundArguments) -> Any:
     """Outputs of different sizes per rank (each rank's input matches its output slot)."""
     outputs, input_ = bound.arguments["tensor_list"], bound.arguments["tensor"]
-    if not (isinstance(input_, torch.Tensor) and isinstance(outputs, list)
-            and all(isinstance(t, torch.Tensor) for t in outputs)):  # fmt: skip
+    if not (
+        isinstance(input_, torch.Tensor)
+        and isinstance(outputs, list)
+        and all(isinstance(t, torch.Tensor) for t in outputs)
+    ):
         return run(bound)
     if input_.dtype in _AS_BYTES and all(t.dtype == input_.dtype for t in outputs):
         _note(f"all_gather {input_.dtype}")
@@ -263,9 +280,13 @@ def all_gather(run: Run, bound: inspect.BoundArguments) -> Any:
         return all_gather(run, bound)
     same = all(t.shape == input_.shape for t in outputs)
     rank = c10d.get_rank(bound.arguments.get("group"))
-    if (same or len(outputs) != _size(bound) or rank < 0
-            or any(t.dtype != input_.dtype for t in outputs)
-            or outputs[rank].numel() != input_.numel()):  # fmt: skip
+    if (
+        same
+        or len(outputs) != _size(bound)
+        or rank < 0
+        or any(t.dtype != input_.dtype for t in outputs)
+        or outputs[rank].numel() != input_.numel()
+    ):
         return run(bound)
     _note("all_gather of different sizes")
     with _plain():
@@ -283,8 +304,11 @@ def all_to_all(run: Run, bound: inspect.BoundArguments, single: Run) -> Any:
     outputs = bound.arguments["output_tensor_list"]
     inputs = bound.arguments["input_tensor_list"]
     tensors = [*outputs, *inputs] if isinstance(outputs, list) and isinstance(inputs, list) else []
-    if (not tensors or not all(isinstance(t, torch.Tensor) for t in tensors)
-            or any(t.dtype != tensors[0].dtype for t in tensors)):  # fmt: skip
+    if (
+        not tensors
+        or not all(isinstance(t, torch.Tensor) for t in tensors)
+        or any(t.dtype != tensors[0].dtype for t in tensors)
+    ):
         return run(bound)
     if all(t.shape == tensors[0].shape for t in tensors) and tensors[0].dtype not in _AS_BYTES:
         return run(bound)
@@ -295,9 +319,13 @@ def all_to_all(run: Run, bound: inspect.BoundArguments, single: Run) -> Any:
             sum(t.numel() for t in outputs), dtype=flat_in.dtype, device=flat_in.device
         )
     call = inspect.signature(c10d.all_to_all_single).bind(
-        flat_out, flat_in, [t.numel() for t in outputs], [t.numel() for t in inputs],
-        group=bound.arguments.get("group"), async_op=False,
-    )  # fmt: skip
+        flat_out,
+        flat_in,
+        [t.numel() for t in outputs],
+        [t.numel() for t in inputs],
+        group=bound.arguments.get("group"),
+        async_op=False,
+    )
     single(call)
     with _plain():
         pieces = torch.split(flat_out, [t.numel() for t in outputs])
@@ -309,8 +337,12 @@ def all_to_all(run: Run, bound: inspect.BoundArguments, single: Run) -> Any:
 def all_to_all_single(run: Run, bound: inspect.BoundArguments) -> Any:
     """float8 tensors, moved as bytes."""
     output, input_ = bound.arguments["output"], bound.arguments["input"]
-    if (isinstance(output, torch.Tensor) and isinstance(input_, torch.Tensor)
-            and input_.dtype in _AS_BYTES and output.dtype == input_.dtype):  # fmt: skip
+    if (
+        isinstance(output, torch.Tensor)
+        and isinstance(input_, torch.Tensor)
+        and input_.dtype in _AS_BYTES
+        and output.dtype == input_.dtype
+    ):
         _note(f"all_to_all_single {input_.dtype}")
         bound.arguments["output"] = _bytes(output.detach())
         bound.arguments["input"] = _bytes(input_.detach())

@@ -49,9 +49,27 @@ __all__ = [
 
 #: Device types ``torch.device`` accepts, in the order torch 2.13's error message lists them.
 _TORCH_DEVICE_ORDER = (
-    "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",
-    "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone",
-)  # fmt: skip
+    "cpu",
+    "cuda",
+    "ipu",
+    "xpu",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "ve",
+    "fpga",
+    "maia",
+    "xla",
+    "lazy",
+    "vulkan",
+    "mps",
+    "meta",
+    "hpu",
+    "mtia",
+    "privateuseone",
+)
 TORCH_DEVICE_TYPES = frozenset(_TORCH_DEVICE_ORDER)
 #: Device types the redirection table governs; every other type passes through.
 GOVERNED_TYPES = frozenset(HOST_KINDS)
@@ -231,9 +249,12 @@ def decide(
     if spec.type == "cpu":
         if spec.index == -1:
             return Decision(
-                _CPU, spec, "override", "'cpu:-1' requests a real CPU and toggles the CPU override",
+                _CPU,
+                spec,
+                "override",
+                "'cpu:-1' requests a real CPU and toggles the CPU override",
                 toggle_override=True,
-            )  # fmt: skip
+            )
         if accelerator is None:
             return Decision(_CPU, spec, "unchanged", "CPU-only host")
         if state.cpu_override:
@@ -369,7 +390,8 @@ def resolve_backend(requested: str, host: Host) -> BackendDecision:
         pairs["cpu"] = "gloo"
     names = set(pairs.values())
     resolved = (
-        names.pop() if len(names) == 1 and "cpu" in pairs
+        names.pop()
+        if len(names) == 1 and "cpu" in pairs
         else ",".join(f"{device}:{backend}" for device, backend in pairs.items())
-    )  # fmt: skip
+    )
     return BackendDecision(text, resolved, f"NCCL needs CUDA; {host.kind} host: gloo")

@@ -84,9 +84,8 @@ class Runtime:
         )
         #: Device type that has no float64 (MPS): the dtype rule narrows float64 there.
         self.float64_device: str | None = (
-            None if has_float64(host) or self.default_device is None
-            else self.default_device.type
-        )  # fmt: skip
+            None if has_float64(host) or self.default_device is None else self.default_device.type
+        )
 
     def use_table(self, table: Mapping[Callable[..., Any], Callable[..., Any]]) -> None:
         """Make ``table`` the function mode's table for this runtime (see ``table``).
@@ -259,13 +258,17 @@ class Runtime:
             if module == "backends":
                 module = api.split(".")[2]
             answered = self.default_device
-            device = DeviceSpec("cpu", 0) if answered is None else DeviceSpec(
-                answered.type, answered.index
-            )  # fmt: skip
+            device = (
+                DeviceSpec("cpu", 0)
+                if answered is None
+                else DeviceSpec(answered.type, answered.index)
+            )
             decision = Decision(
-                device, DeviceSpec(module, None), "redirect",
+                device,
+                DeviceSpec(module, None),
+                "redirect",
                 f"torch.{module} answered by the {self.host.kind} host's facade",
-            )  # fmt: skip
+            )
             with self._lock:
                 decision = self._api_decisions.setdefault(api, decision)
         self.recorder.hit(frame, api, decision, "device-api")

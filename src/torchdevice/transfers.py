@@ -38,8 +38,13 @@ from torchdevice.compiling import _compiler, is_tracing
 from torchdevice.policy import Standing
 
 __all__ = [
-    "device_object", "mark", "mark_placed", "moved", "requested", "standing",
-]  # fmt: skip
+    "device_object",
+    "mark",
+    "mark_placed",
+    "moved",
+    "requested",
+    "standing",
+]
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
 #: not what their real device is.

@@ -7,5 +7,7 @@ import torch
 
 rank = int(os.environ["LOCAL_RANK"])
 x = torch.zeros(1, device=f"cuda:{rank}")
-print(json.dumps({"who": f"rank-{rank}", "device": str(x.device),
-                  "cuda": torch.cuda.is_available()}), flush=True)  # fmt: skip
+print(
+    json.dumps({"who": f"rank-{rank}", "device": str(x.device), "cuda": torch.cuda.is_available()}),
+    flush=True,
+)

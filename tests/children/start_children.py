@@ -19,8 +19,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def where(who):
     x = torch.ones(2, device="cuda") * 2
-    return {"who": who, "device": str(x.device), "cuda": torch.cuda.is_available(),
-            "sum": x.sum().item()}  # fmt: skip
+    return {
+        "who": who,
+        "device": str(x.device),
+        "cuda": torch.cuda.is_available(),
+        "sum": x.sum().item(),
+    }
 
 
 def say(record):
@@ -47,16 +51,24 @@ class Squares(Dataset):
 
 
 def data_loader(context):
-    loader = DataLoader(Squares(), batch_size=2, num_workers=2, pin_memory=True,
-                        multiprocessing_context=context)  # fmt: skip
+    loader = DataLoader(
+        Squares(), batch_size=2, num_workers=2, pin_memory=True, multiprocessing_context=context
+    )
     values, devices, answers = [], set(), set()
     for batch, device, available in loader:
         x = batch.to("cuda", non_blocking=True)
         values += x[:, 0].tolist()
         devices.update(device)
         answers.update(available.tolist())
-    say({"who": f"loader-{context}", "values": values, "worker_devices": sorted(devices),
-         "worker_cuda": sorted(answers), "device": str(x.device)})  # fmt: skip
+    say(
+        {
+            "who": f"loader-{context}",
+            "values": values,
+            "worker_devices": sorted(devices),
+            "worker_cuda": sorted(answers),
+            "device": str(x.device),
+        }
+    )
 
 
 def main():

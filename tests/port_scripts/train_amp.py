@@ -40,8 +40,13 @@ def main() -> int:
     watcher.start()
     x = torch.randn(256, 8)
     y = x.sum(dim=1, keepdim=True)
-    loader = DataLoader(TensorDataset(x, y), batch_size=64, num_workers=2, pin_memory=True,
-                        multiprocessing_context="fork")  # fmt: skip
+    loader = DataLoader(
+        TensorDataset(x, y),
+        batch_size=64,
+        num_workers=2,
+        pin_memory=True,
+        multiprocessing_context="fork",
+    )
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = torch.cuda.amp.GradScaler()

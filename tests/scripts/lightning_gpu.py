@@ -42,9 +42,15 @@ class Regression(L.LightningModule):
 
 torch.manual_seed(0)
 data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
-trainer = L.Trainer(max_steps=8, precision=sys.argv[1], logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False,
-                    num_sanity_val_steps=1)  # fmt: skip
+trainer = L.Trainer(
+    max_steps=8,
+    precision=sys.argv[1],
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    num_sanity_val_steps=1,
+)
 model = Regression()
 trainer.fit(model, DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
 scaler = getattr(trainer.precision_plugin, "scaler", None)

@@ -338,8 +338,10 @@ def main() -> None:
         # A group of its own for each refused form: a failed gloo collective may leave
         # its group unusable (an error that surfaces in the group's next call).
         gloo = dist.new_group(backend="gloo")
-        results[name] = {"nccl": outcome(fn, None, rank, world),
-                         "gloo": outcome(fn, gloo, rank, world)}  # fmt: skip
+        results[name] = {
+            "nccl": outcome(fn, None, rank, world),
+            "gloo": outcome(fn, gloo, rank, world),
+        }
         results["backend"] = {"nccl": dist.get_backend(), "gloo": dist.get_backend(gloo)}
         dist.destroy_process_group(gloo)
     with open(os.path.join(sys.argv[1], f"forms{rank}.json"), "w") as f:

@@ -20,7 +20,13 @@ class Data(torch.utils.data.Dataset):
         return {"input_ids": ids, "labels": ids}
 
 
-args = TrainingArguments(output_dir=sys.argv[1], max_steps=2, per_device_train_batch_size=4,
-                         report_to=[], save_strategy="no", disable_tqdm=True)  # fmt: skip
+args = TrainingArguments(
+    output_dir=sys.argv[1],
+    max_steps=2,
+    per_device_train_batch_size=4,
+    report_to=[],
+    save_strategy="no",
+    disable_tqdm=True,
+)
 Trainer(model=model, args=args, train_dataset=Data()).train()
 print("peak memory", torch.cuda.max_memory_allocated())

@@ -110,8 +110,11 @@ def _repair(modules_before: set[str]) -> None:
         mapping.update(modules.facade_objects(module))
     _placed.clear()
     _clear_device_module_cache()
-    imported = [name for name in set(sys.modules) - modules_before
-                if name == "torch" or name.startswith("torch.")]  # fmt: skip
+    imported = [
+        name
+        for name in set(sys.modules) - modules_before
+        if name == "torch" or name.startswith("torch.")
+    ]
     if imported:
         modules.rebind_imported(sorted(imported), mapping)
         _adopt_submodules()

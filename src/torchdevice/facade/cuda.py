@@ -39,24 +39,53 @@ __all__ = ["GROUP", "SUBMODULES", "build_cuda_facade", "get_device_module", "ins
 _REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
 
 _DEVICE_NAMES = (
-    "is_available", "is_initialized", "init", "_lazy_init", "device_count",
-    "current_device", "set_device", "_get_device_index", "_exchange_device",
-    "_maybe_exchange_device", "device", "device_of", "get_device_name",
-    "get_device_properties", "get_device_capability", "is_bf16_supported",
-    "is_tf32_supported", "is_current_stream_capturing", "ipc_collect", "utilization",
-    "temperature", "power_draw", "clock_rate", "memory_usage", "device_memory_used",
-)  # fmt: skip
+    "is_available",
+    "is_initialized",
+    "init",
+    "_lazy_init",
+    "device_count",
+    "current_device",
+    "set_device",
+    "_get_device_index",
+    "_exchange_device",
+    "_maybe_exchange_device",
+    "device",
+    "device_of",
+    "get_device_name",
+    "get_device_properties",
+    "get_device_capability",
+    "is_bf16_supported",
+    "is_tf32_supported",
+    "is_current_stream_capturing",
+    "ipc_collect",
+    "utilization",
+    "temperature",
+    "power_draw",
+    "clock_rate",
+    "memory_usage",
+    "device_memory_used",
+)
 _RNG_NAMES = (
-    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
-    "set_rng_state", "get_rng_state_all", "set_rng_state_all",
-)  # fmt: skip
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "get_rng_state_all",
+    "set_rng_state_all",
+)
 _MEMORY_NAMES = tuple(n for n in memory.__all__ if n not in ("MemoryTracker", "tracker"))
 _STREAM_NAMES = tuple(streams.__all__)
 _NVTX_NAMES = ("mark", "range", "range_end", "range_pop", "range_push", "range_start")
 _ALLOCATOR_NAMES = (
-    "caching_allocator_alloc", "caching_allocator_delete", "change_current_allocator",
-    "use_mem_pool", "memory_snapshot",
-)  # fmt: skip
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "change_current_allocator",
+    "use_mem_pool",
+    "memory_snapshot",
+)
 
 
 def _pick(module: types.ModuleType, names: tuple[str, ...]) -> dict[str, Any]:
@@ -76,8 +105,9 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
     """The ``torch.cuda`` facade and its submodule facades (keyed by full name)."""
     rng = _pick(devices, _RNG_NAMES)
     default_generators = {"default_generators": devices.default_generators}
-    allocator: dict[str, Any] = {name: device_only.unsupported(f"torch.cuda.{name}")
-                                 for name in _ALLOCATOR_NAMES}  # fmt: skip
+    allocator: dict[str, Any] = {
+        name: device_only.unsupported(f"torch.cuda.{name}") for name in _ALLOCATOR_NAMES
+    }
     allocator.update(
         CUDAPluggableAllocator=device_only.CUDAPluggableAllocator, MemPool=device_only.MemPool
     )
@@ -94,31 +124,49 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
     }
     real_sub = _REAL_CUDA.__dict__
     subs = {
-        "random": FacadeModule("torch.cuda.random", real_sub.get("random"), rng,
-                               dynamic=default_generators),
+        "random": FacadeModule(
+            "torch.cuda.random", real_sub.get("random"), rng, dynamic=default_generators
+        ),
         "memory": FacadeModule(
-            "torch.cuda.memory", real_sub.get("memory"),
+            "torch.cuda.memory",
+            real_sub.get("memory"),
             {**_pick(memory, _MEMORY_NAMES), **allocator, **memory_private},
         ),
-        "streams": FacadeModule("torch.cuda.streams", real_sub.get("streams"),
-                                _pick(streams, ("Stream", "Event", "ExternalStream"))),
-        "nvtx": FacadeModule("torch.cuda.nvtx", real_sub.get("nvtx"),
-                             _pick(nvtx, _NVTX_NAMES)),
-        "profiler": FacadeModule("torch.cuda.profiler", real_sub.get("profiler"),
-                                 _pick(nvtx, ("start", "stop", "profile"))),
+        "streams": FacadeModule(
+            "torch.cuda.streams",
+            real_sub.get("streams"),
+            _pick(streams, ("Stream", "Event", "ExternalStream")),
+        ),
+        "nvtx": FacadeModule("torch.cuda.nvtx", real_sub.get("nvtx"), _pick(nvtx, _NVTX_NAMES)),
+        "profiler": FacadeModule(
+            "torch.cuda.profiler",
+            real_sub.get("profiler"),
+            _pick(nvtx, ("start", "stop", "profile")),
+        ),
         "graphs": FacadeModule("torch.cuda.graphs", real_sub.get("graphs"), graphs),
-        "jiterator": FacadeModule("torch.cuda.jiterator", real_sub.get("jiterator"), {
-            name: device_only.unsupported(f"torch.cuda.jiterator.{name}")
-            for name in ("_create_jit_fn", "_create_multi_output_jit_fn")
-        }),
-        "nccl": FacadeModule("torch.cuda.nccl", None,
-                             {"is_available": device_only.nccl_is_available},
-                             fallback=_unsupported_everywhere("torch.cuda.nccl")),
-        "comm": FacadeModule("torch.cuda.comm", None, {},
-                             fallback=_unsupported_everywhere("torch.cuda.comm")),
-        "_utils": FacadeModule("torch.cuda._utils", real_sub.get("_utils"),
-                               {"_get_device_index": devices._get_device_index}),
-    }  # fmt: skip
+        "jiterator": FacadeModule(
+            "torch.cuda.jiterator",
+            real_sub.get("jiterator"),
+            {
+                name: device_only.unsupported(f"torch.cuda.jiterator.{name}")
+                for name in ("_create_jit_fn", "_create_multi_output_jit_fn")
+            },
+        ),
+        "nccl": FacadeModule(
+            "torch.cuda.nccl",
+            None,
+            {"is_available": device_only.nccl_is_available},
+            fallback=_unsupported_everywhere("torch.cuda.nccl"),
+        ),
+        "comm": FacadeModule(
+            "torch.cuda.comm", None, {}, fallback=_unsupported_everywhere("torch.cuda.comm")
+        ),
+        "_utils": FacadeModule(
+            "torch.cuda._utils",
+            real_sub.get("_utils"),
+            {"_get_device_index": devices._get_device_index},
+        ),
+    }
     namespace: dict[str, Any] = {}
     namespace.update(_pick(devices, _DEVICE_NAMES))
     namespace.update(rng)

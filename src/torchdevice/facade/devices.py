@@ -194,9 +194,12 @@ def ipc_collect() -> None:
 # Fixed for an activation, and their bodies (psutil, sysfs) cannot be traced: compiled
 # code calls them for real, at trace time, and uses the result as a constant.
 for _function in (
-    get_device_name, get_device_properties, get_device_capability, is_bf16_supported,
+    get_device_name,
+    get_device_properties,
+    get_device_capability,
+    is_bf16_supported,
     device_count,
-):  # fmt: skip
+):
     constant_for_dynamo(_function)
 
 

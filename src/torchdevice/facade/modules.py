@@ -45,8 +45,9 @@ class FacadeModule(types.ModuleType):
             for attribute in ("__file__", "__path__", "__spec__", "__all__"):
                 if attribute in real.__dict__:
                     self.__dict__[attribute] = real.__dict__[attribute]
-        self.__dict__["__package__"] = name if real is not None and hasattr(real, "__path__") \
-            else name.rpartition(".")[0]  # fmt: skip
+        self.__dict__["__package__"] = (
+            name if real is not None and hasattr(real, "__path__") else name.rpartition(".")[0]
+        )
         self.__dict__["__torchdevice_real__"] = real
         self.__dict__["__torchdevice_dynamic__"] = dict(dynamic or {})
         self.__dict__["__torchdevice_fallback__"] = fallback

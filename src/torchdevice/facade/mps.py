@@ -253,11 +253,21 @@ def _build() -> tuple[FacadeModule, FacadeModule, FacadeModule, FacadeModule]:
         },
     )
     names = (
-        "is_available", "device_count", "synchronize", "get_rng_state", "set_rng_state",
-        "manual_seed", "seed", "empty_cache", "set_per_process_memory_fraction",
-        "current_allocated_memory", "driver_allocated_memory", "recommended_max_memory",
-        "_get_default_mps_generator", "_is_in_bad_fork",
-    )  # fmt: skip
+        "is_available",
+        "device_count",
+        "synchronize",
+        "get_rng_state",
+        "set_rng_state",
+        "manual_seed",
+        "seed",
+        "empty_cache",
+        "set_per_process_memory_fraction",
+        "current_allocated_memory",
+        "driver_allocated_memory",
+        "recommended_max_memory",
+        "_get_default_mps_generator",
+        "_is_in_bad_fork",
+    )
     namespace: dict[str, Any] = {name: globals()[name] for name in names}
     namespace.update(
         Event=Event,

@@ -377,10 +377,18 @@ class _MallInfo2(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)
         for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-            "uordblks", "fordblks", "keepcost",
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
         )
-    ]  # fmt: skip
+    ]
 
 
 @functools.cache

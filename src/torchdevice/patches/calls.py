@@ -169,8 +169,9 @@ def module_cuda(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
         or isinstance(device, int)
         or (isinstance(device, (str, torch.device)) and str(device).startswith("cuda"))
     ):
-        moved = _module_transfer(self, "cuda" if device is None else device, "Module.cuda",
-                                 "device")  # fmt: skip
+        moved = _module_transfer(
+            self, "cuda" if device is None else device, "Module.cuda", "device"
+        )
         if moved is not None:
             return moved  # type: ignore[no-any-return]
     return _ORIGINAL_MODULE_CUDA(self, device)

@@ -54,10 +54,12 @@ def _init(self: DataParallel[Any], *args: Any, **kwargs: Any) -> None:
         bound.arguments["device_ids"] = [device_ids[0]]
         bound.arguments["output_device"] = None  # torch's default: device_ids[0]
         rt.note_event(
-            "redirect", "torch.nn.DataParallel", f"device_ids={list(device_ids)!r}",
+            "redirect",
+            "torch.nn.DataParallel",
+            f"device_ids={list(device_ids)!r}",
             f"device_ids={[device_ids[0]]!r}",
             f"{rt.host.kind} host: one device, the module runs once on the whole batch",
-        )  # fmt: skip
+        )
     _ORIGINAL_INIT(*bound.args, **bound.kwargs)
     # torch builds ``torch.device("cuda", device_ids[0])``, which reads as written
     # (docs/policy.md); forward compares the parameters' real device with it.

@@ -58,11 +58,25 @@ _ORIGINAL_DDP_INIT = DistributedDataParallel.__dict__["__init__"]
 #: The collectives staged through CPU memory on hosts whose device gloo cannot take.
 #: ``all_gather_single``/``reduce_scatter_single`` are torch 2.13's names of the
 #: ``*_into_tensor``/``*_tensor`` forms (which now call them).
-_STAGED_FUNCTIONS = tuple(name for name in (
-    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "reduce", "all_to_all_single", "all_to_all",
-    "all_gather_single", "reduce_scatter_single", "gather", "scatter",
-) if hasattr(c10d, name))  # fmt: skip
+_STAGED_FUNCTIONS = tuple(
+    name
+    for name in (
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce",
+        "all_to_all_single",
+        "all_to_all",
+        "all_gather_single",
+        "reduce_scatter_single",
+        "gather",
+        "scatter",
+    )
+    if hasattr(c10d, name)
+)
 _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _STAGED_FUNCTIONS
 }
@@ -70,11 +84,23 @@ _ORIGINAL_COLLECTIVES: dict[str, Callable[..., Any]] = {
 #: natively and off the stack: objects and barriers build CPU tensors of their own; the
 #: point-to-point and gather/scatter forms take CPU tensors (gloo takes no others).
 _NATIVE_FUNCTIONS = (
-    "barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list",
-    "gather_object", "scatter_object_list", "send_object_list", "recv_object_list",
-    "destroy_process_group", "send", "recv", "isend", "irecv", "batch_isend_irecv",
-    "all_reduce_coalesced", "all_gather_coalesced",
-)  # fmt: skip
+    "barrier",
+    "monitored_barrier",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+    "destroy_process_group",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+    "all_reduce_coalesced",
+    "all_gather_coalesced",
+)
 _ORIGINAL_NATIVE: dict[str, Callable[..., Any]] = {
     name: getattr(c10d, name) for name in _NATIVE_FUNCTIONS if hasattr(c10d, name)
 }
@@ -224,9 +250,12 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
             # (CPU, or device tensors staged through CPU) binds to none.
             bound.arguments["device_id"] = None
             rt.note_event(
-                "redirect", api, f"device_id={device_id}", "device_id=None",
+                "redirect",
+                api,
+                f"device_id={device_id}",
+                "device_id=None",
                 f"gloo binds to no device; {rt.host.kind} host",
-            )  # fmt: skip
+            )
         with off_the_stack():
             result = original(*bound.args, **bound.kwargs)
         _mark_nccl(api, backend, bound.arguments.get("backend"), result)
@@ -296,9 +325,11 @@ class _Stage:
 
 
 def _run_staged(
-    original: Callable[..., Any], api: str, device_type: str | None,
+    original: Callable[..., Any],
+    api: str,
+    device_type: str | None,
     bound: inspect.BoundArguments,
-) -> Any:  # fmt: skip
+) -> Any:
     """``original`` on ``bound``; on hosts that stage, with the device tensors copied to
     the CPU and the results copied back in place (finished work for ``async_op=True``)."""
     if device_type is None:
@@ -502,10 +533,12 @@ def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
         arguments["device_ids"] = None
         arguments["output_device"] = None
         rt.note_event(
-            "redirect", "torch.nn.parallel.DistributedDataParallel",
-            f"device_ids={device_ids!r}", "device_ids=None",
+            "redirect",
+            "torch.nn.parallel.DistributedDataParallel",
+            f"device_ids={device_ids!r}",
+            "device_ids=None",
             f"{rt.host.kind} host: one device for every rank, as for CPU modules",
-        )  # fmt: skip
+        )
     device_type = staging_device(rt)
     module = arguments.get("module")
     if device_type is not None and isinstance(module, torch.nn.Module):
@@ -515,9 +548,12 @@ def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
             if not isinstance(group, StagedGroup):
                 arguments["process_group"] = StagedGroup(group, device_type)
                 rt.note_event(
-                    "redirect", "torch.nn.parallel.DistributedDataParallel", device_type,
-                    "cpu", "gloo takes no device tensors: DDP's collectives staged",
-                )  # fmt: skip
+                    "redirect",
+                    "torch.nn.parallel.DistributedDataParallel",
+                    device_type,
+                    "cpu",
+                    "gloo takes no device tensors: DDP's collectives staged",
+                )
     with off_the_stack():  # torch's own code, natively (see _native)
         _ORIGINAL_DDP_INIT(*bound.args, **bound.kwargs)
 

@@ -152,9 +152,13 @@ def _empty(
         dtype = _narrowed(rt, target, "empty.memory_format")
     with torch._C.DisableTorchFunction():  # placed already: no mode may place it again
         result = torch.empty(
-            size, dtype=dtype, layout=layout, device=target, pin_memory=pin_memory,
+            size,
+            dtype=dtype,
+            layout=layout,
+            device=target,
+            pin_memory=pin_memory,
             memory_format=memory_format,
-        )  # fmt: skip
+        )
     return result if _is_compiling() else mark_placed(result, "device")
 
 
@@ -184,9 +188,12 @@ def _narrowed(rt: Runtime, target: torch.device, op: str) -> torch.dtype:
     if target.type != rt.float64_device:
         return torch.float64
     rt.note_event(
-        "dtype", f"aten::{op}", f"{target}, float64", f"{target}, float32",
+        "dtype",
+        f"aten::{op}",
+        f"{target}, float64",
+        f"{target}, float32",
         "MPS has no float64: float32 on the device",
-    )  # fmt: skip
+    )
     return torch.float32
 
 

@@ -74,9 +74,13 @@ def _through_the_host(original: _Reducer, device_type: str) -> _Reducer:
             host = tensor.detach().to("cpu").contiguous()
             data = host.reshape(-1).view(torch.uint8).numpy().tobytes()
         return _rebuild, (
-            type(tensor), data, host.dtype, tuple(host.shape), str(tensor.device),
+            type(tensor),
+            data,
+            host.dtype,
+            tuple(host.shape),
+            str(tensor.device),
             tensor.requires_grad,
-        )  # fmt: skip
+        )
 
     return reduce
 

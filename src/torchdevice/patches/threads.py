@@ -156,9 +156,10 @@ def _first_event(_obj: object, _frame: int | None, _what: int, _arg: int | None)
         _enter_here()
     except Exception:  # a C callback must not raise: the thread stays native, and says so
         logging.getLogger("torchdevice.threads").warning(
-            "torchdevice could not enter thread %s", threading.current_thread().name,
+            "torchdevice could not enter thread %s",
+            threading.current_thread().name,
             exc_info=True,
-        )  # fmt: skip
+        )
     return 0
 
 

@@ -70,8 +70,11 @@ def write(report: MigrationReport, path: Path) -> bool:
         report.write(path)
     except OSError as exc:
         why = exc.strerror or str(exc)
-        print(f"torchdevice: cannot write the migration report to {path} ({why}); it "
-              "follows here instead:", file=sys.stderr)  # fmt: skip
+        print(
+            f"torchdevice: cannot write the migration report to {path} ({why}); it "
+            "follows here instead:",
+            file=sys.stderr,
+        )
         print(report.to_text(), file=sys.stderr)
         return False
     return True

@@ -118,8 +118,7 @@ def _library_roots() -> tuple[str, ...]:
     roots = {paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths}
     roots.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
     # Longest first: in a venv the standard library's platform root contains site-packages.
-    return tuple(sorted((os.path.abspath(root) + os.sep for root in roots), key=len,
-                        reverse=True))  # fmt: skip
+    return tuple(sorted((os.path.abspath(root) + os.sep for root in roots), key=len, reverse=True))
 
 
 _ROOTS: tuple[str, ...] = ()
@@ -181,19 +180,24 @@ def render_text(entries: Sequence[Entry], header: str, limit: int = TEXT_LIMIT) 
             libraries.setdefault(package, []).append(entry)
     lines = [header]
     shown = sorted(own, key=lambda e: -e.count)[:limit]
-    lines.extend(_own_section(shown, len({(e.site.filename, e.site.lineno) for e in own
-                                          if to_change(e)})))  # fmt: skip
+    lines.extend(
+        _own_section(shown, len({(e.site.filename, e.site.lineno) for e in own if to_change(e)}))
+    )
     if libraries:
-        lines.append("Library call sites (not your lines; listed so you know where a "
-                     "library hard-codes a device):")  # fmt: skip
+        lines.append(
+            "Library call sites (not your lines; listed so you know where a "
+            "library hard-codes a device):"
+        )
         for package, found in sorted(libraries.items()):
             calls = sum(e.count for e in found)
             lines.append(f"  {package}: {len(found)} call site(s), {calls} call(s)")
             lines.extend("  " + _row(e) for e in sorted(found, key=lambda e: -e.count)[:3])
     hidden = len(own) - len(shown) + sum(max(len(v) - 3, 0) for v in libraries.values())
     if hidden:
-        lines.append(f"... and {hidden} more call site(s): the JSON report lists every one "
-                     "(--report PATH.json).")  # fmt: skip
+        lines.append(
+            f"... and {hidden} more call site(s): the JSON report lists every one "
+            "(--report PATH.json)."
+        )
     return "\n".join(lines)
 
 

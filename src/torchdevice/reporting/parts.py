@@ -172,8 +172,10 @@ def _write_part(run: _Run) -> None:
         logger.warning(
             "this process's migration report (pid %d) was not merged: cannot write to %s "
             "(%s); the process that started the run had probably exited",
-            os.getpid(), run.directory, exc,
-        )  # fmt: skip
+            os.getpid(),
+            run.directory,
+            exc,
+        )
 
 
 def _make_directory(directory: Path) -> None:

@@ -88,9 +88,14 @@ class Recorder:
         requested = "none" if decision.requested is None else str(decision.requested)
         name = api if isinstance(api, str) else api_name(api)
         return self.record(
-            site_of(frame), kind, name, requested, str(decision.device), decision.reason,
+            site_of(frame),
+            kind,
+            name,
+            requested,
+            str(decision.device),
+            decision.reason,
             None if frame is None else position_of(frame),
-        )  # fmt: skip
+        )
 
     def record(
         self,

@@ -188,8 +188,16 @@ def relocate(
         return filename
 
     entries = [
-        Entry(CallSite(moved(e.site.filename), e.site.lineno, e.site.function), e.kind, e.api,
-              e.requested, e.decided, e.reason, e.count, e.positions)
+        Entry(
+            CallSite(moved(e.site.filename), e.site.lineno, e.site.function),
+            e.kind,
+            e.api,
+            e.requested,
+            e.decided,
+            e.reason,
+            e.count,
+            e.positions,
+        )
         for e in report.entries
-    ]  # fmt: skip
+    ]
     return merge([dataclasses.replace(report, entries=tuple(entries))])

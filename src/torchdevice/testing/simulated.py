@@ -144,20 +144,31 @@ def missing_ops() -> frozenset[str]:
 #: indexing, whose index tensors may stay on the CPU (as on CUDA and MPS).
 _CROSS_DEVICE_OPS: Final = frozenset(
     {
-        "copy_", "_copy_from", "_copy_from_and_resize", "index", "index_put_",
-        "_index_put_impl_", "equal",
+        "copy_",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "index",
+        "index_put_",
+        "_index_put_impl_",
+        "equal",
     }
-)  # fmt: skip
+)
 
 #: Packets that only allocate, copy or describe memory: MPS runs them for any dtype (its
 #: ``empty_mps`` refuses only float64, its blit copies move bytes), while its compute kernels
 #: look the dtype up in ``getMPSDataType`` and refuse the rest. Views are found from the schema.
 _ANY_DTYPE_OPS: Final = frozenset(
     {
-        "empty", "empty_strided", "set_", "resize_", "copy_", "_copy_from",
-        "_copy_from_and_resize", "_local_scalar_dense",
+        "empty",
+        "empty_strided",
+        "set_",
+        "resize_",
+        "copy_",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "_local_scalar_dense",
     }
-)  # fmt: skip
+)
 
 #: Overloads of supported packets that stay unimplemented, with the reason.
 _LEFT_OUT: Final = {
@@ -808,9 +819,18 @@ def _convolution_backward(
     """
     channels = weight.size(1) * groups if transposed else weight.size(0)
     grads = torch.ops.aten.convolution_backward.default(
-        grad_output, input, weight, [channels], stride, padding, dilation, transposed,
-        output_padding, groups, output_mask,
-    )  # fmt: skip
+        grad_output,
+        input,
+        weight,
+        [channels],
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        output_mask,
+    )
     empty = torch.empty(0, dtype=grad_output.dtype)
     grad_input, grad_weight, grad_bias = (empty if g is None else g for g in grads)
     return grad_input, grad_weight, grad_bias

@@ -50,9 +50,13 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
         description="Run a PyTorch script with every device request redirected to the device "
         "this host really has, then print the migration report.",
     )
-    parser.add_argument("--report", type=Path, metavar="PATH",
-                        help="write the migration report to PATH (JSON if it ends in .json) "
-                        "instead of printing it to stderr")  # fmt: skip
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="write the migration report to PATH (JSON if it ends in .json) "
+        "instead of printing it to stderr",
+    )
     parser.add_argument("--no-report", action="store_true", help="print no report at exit")
     for field in _FLAGGED:  # the settings' own flags, from their declaration
         values = choices(field.name)
@@ -60,8 +64,12 @@ def _run_parser(prog: str) -> argparse.ArgumentParser:
         parser.add_argument(
             field.metadata["flag"], dest=field.name, help=field.metadata["flag_help"], **kind
         )
-    parser.add_argument("-m", dest="module", metavar="MODULE",
-                        help="run a library module as a script, like python -m")  # fmt: skip
+    parser.add_argument(
+        "-m",
+        dest="module",
+        metavar="MODULE",
+        help="run a library module as a script, like python -m",
+    )
     parser.add_argument("script", nargs="?", help="the script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     return parser
@@ -81,20 +89,24 @@ def _run(argv: Sequence[str], prog: str) -> int:
     if report_path is not None and not ns.no_report:
         problem = _unwritable(report_path)
         if problem:  # found now, not after a long run that then loses its report
-            parser.exit(2, f"{prog}: error: cannot write the report to {report_path}: "
-                        f"{problem}\n")  # fmt: skip
+            parser.exit(2, f"{prog}: error: cannot write the report to {report_path}: {problem}\n")
     if ns.module:
         try:
-            launcher.run_module(ns.module, rest, options=options, report_path=report_path,
-                                quiet=ns.no_report)  # fmt: skip
+            launcher.run_module(
+                ns.module, rest, options=options, report_path=report_path, quiet=ns.no_report
+            )
         except launcher.LaunchError as exc:  # as `python -m nosuchmod`, but status 2
             parser.exit(2, f"{prog}: error: {exc}\n")
     elif ns.script:
         if not Path(ns.script).exists():  # as `python missing.py`: a message, status 2
-            parser.exit(2, f"{prog}: can't open file {os.path.abspath(ns.script)!r}: "
-                        "[Errno 2] No such file or directory\n")  # fmt: skip
-        launcher.run_script(ns.script, rest, options=options, report_path=report_path,
-                            quiet=ns.no_report)  # fmt: skip
+            parser.exit(
+                2,
+                f"{prog}: can't open file {os.path.abspath(ns.script)!r}: "
+                "[Errno 2] No such file or directory\n",
+            )
+        launcher.run_script(
+            ns.script, rest, options=options, report_path=report_path, quiet=ns.no_report
+        )
     else:
         parser.error("a SCRIPT or -m MODULE is required")
     return 0
@@ -176,21 +188,44 @@ def _port_parser(prog: str) -> argparse.ArgumentParser:
         "cannot be rewritten mechanically gets a `# torchdevice port:` comment saying why. "
         "See docs/port.md.",
     )
-    parser.add_argument("--report", type=Path, metavar="REPORT.json", action="append",
-                        help="port from this JSON report, not by running a script; repeat it "
-                        "to port from several reports merged")  # fmt: skip
-    parser.add_argument("--paths", action="append", default=[], metavar="OLD=NEW",
-                        help="read the report's files below OLD from NEW instead (a report "
-                        "made in CI or another checkout); repeatable")  # fmt: skip
-    parser.add_argument("--static", action="store_true",
-                        help="also port the lines of the reported files that did not run, "
-                        "found by reading them (marked unverified)")  # fmt: skip
-    parser.add_argument("-o", "--output", type=Path, metavar="PATCH",
-                        help="write the patch to PATCH (default: stdout)")  # fmt: skip
-    parser.add_argument("--root", type=Path, default=Path("."), metavar="DIR",
-                        help="the directory the patch's paths are relative to, where you run "
-                        "`git apply` (default: the working directory); files outside it are "
-                        "skipped")  # fmt: skip
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="REPORT.json",
+        action="append",
+        help="port from this JSON report, not by running a script; repeat it "
+        "to port from several reports merged",
+    )
+    parser.add_argument(
+        "--paths",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="read the report's files below OLD from NEW instead (a report "
+        "made in CI or another checkout); repeatable",
+    )
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="also port the lines of the reported files that did not run, "
+        "found by reading them (marked unverified)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATCH",
+        help="write the patch to PATCH (default: stdout)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="the directory the patch's paths are relative to, where you run "
+        "`git apply` (default: the working directory); files outside it are "
+        "skipped",
+    )
     parser.add_argument("script", nargs="?", help="the script to run redirected for its report")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     return parser
@@ -205,9 +240,10 @@ def _port(argv: Sequence[str], prog: str) -> int:
 
     parser = _port_parser(prog)
     ours, rest = split_leading(
-        list(argv), takes_value={"--report", "-o", "--output", "--root", "--paths"},
+        list(argv),
+        takes_value={"--report", "-o", "--output", "--root", "--paths"},
         is_flag=lambda arg: arg.startswith("-") and arg != "-",
-    )  # fmt: skip
+    )
     ns = parser.parse_args(ours)
     if (ns.report is None) == (not rest):
         parser.error("give either --report REPORT.json or a SCRIPT to run, not both")
@@ -224,24 +260,35 @@ def _port(argv: Sequence[str], prog: str) -> int:
         report = _read_reports(ns.report, parser, prog)
     else:
         if not Path(rest[0]).exists():
-            parser.exit(2, f"{prog}: can't open file {os.path.abspath(rest[0])!r}: "
-                        "[Errno 2] No such file or directory\n")  # fmt: skip
+            parser.exit(
+                2,
+                f"{prog}: can't open file {os.path.abspath(rest[0])!r}: "
+                "[Errno 2] No such file or directory\n",
+            )
         with tempfile.TemporaryDirectory(prefix="torchdevice-port-") as tmp:
             path = Path(tmp) / "report.json"
             # A child runs it, through the launcher, as `torchdevice run` would: the script's
             # output goes to stderr so that stdout carries the patch alone.
             done = _run_for_report(path, rest)
             if not path.exists():
-                parser.exit(2, f"{prog}: error: the script wrote no report "
-                            f"(exit status {done.returncode})\n")  # fmt: skip
+                parser.exit(
+                    2,
+                    f"{prog}: error: the script wrote no report (exit status {done.returncode})\n",
+                )
             if done.returncode:
-                print(f"{prog}: the script exited with status {done.returncode}; porting the "
-                      "calls it made before that", file=sys.stderr)  # fmt: skip
+                print(
+                    f"{prog}: the script exited with status {done.returncode}; porting the "
+                    "calls it made before that",
+                    file=sys.stderr,
+                )
             report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
     report = relocate(report, pairs)
     if not report.entries:
-        print(f"{prog}: the report has no entries: the run asked for no device, so there is "
-              "nothing to port", file=sys.stderr)  # fmt: skip
+        print(
+            f"{prog}: the report has no entries: the run asked for no device, so there is "
+            "nothing to port",
+            file=sys.stderr,
+        )
     result = port_report(report, ns.root, static=ns.static)
     for filename, why in result.skipped:
         print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
@@ -286,18 +333,34 @@ def _read_reports(paths: Sequence[Path], parser: argparse.ArgumentParser, prog: 
 def _combine(argv: Sequence[str], prog: str) -> int:
     from torchdevice.reporting import relocate  # noqa: PLC0415
 
-    parser = argparse.ArgumentParser(prog=prog, description=_COMMANDS["combine"].capitalize()
-                                     + ": counts add up per call site, as `coverage combine` "
-                                     "does. See docs/report.md.")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=_COMMANDS["combine"].capitalize()
+        + ": counts add up per call site, as `coverage combine` "
+        "does. See docs/report.md.",
+    )
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
-    parser.add_argument("-o", "--output", type=Path, metavar="PATH",
-                        help="write it to PATH (JSON if it ends in .json, text otherwise; "
-                        "default: JSON on stdout)")  # fmt: skip
-    parser.add_argument("--paths", action="append", default=[], metavar="OLD=NEW",
-                        help="name the files below OLD from NEW instead; repeatable")  # fmt: skip
-    parser.add_argument("--relative-to", type=Path, metavar="DIR",
-                        help="name the files below DIR relative to it: a report that "
-                        "`torchdevice port --root` reads in another checkout")  # fmt: skip
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="write it to PATH (JSON if it ends in .json, text otherwise; default: JSON on stdout)",
+    )
+    parser.add_argument(
+        "--paths",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="name the files below OLD from NEW instead; repeatable",
+    )
+    parser.add_argument(
+        "--relative-to",
+        type=Path,
+        metavar="DIR",
+        help="name the files below DIR relative to it: a report that "
+        "`torchdevice port --root` reads in another checkout",
+    )
     ns = parser.parse_args(list(argv))
     pairs = _path_mappings(ns.paths, parser)
     report = relocate(_read_reports(ns.reports, parser, prog), pairs, ns.relative_to)
@@ -308,8 +371,11 @@ def _combine(argv: Sequence[str], prog: str) -> int:
         report.write(ns.output)
     except OSError as exc:
         parser.exit(2, f"{prog}: error: cannot write {str(ns.output)!r}: {exc.strerror}\n")
-    print(f"{prog}: {len(ns.reports)} report(s), {report.total} call(s) at "
-          f"{len(report.entries)} call site(s) -> {ns.output}", file=sys.stderr)  # fmt: skip
+    print(
+        f"{prog}: {len(ns.reports)} report(s), {report.total} call(s) at "
+        f"{len(report.entries)} call site(s) -> {ns.output}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -406,8 +472,10 @@ def _info(argv: Sequence[str], prog: str) -> int:
     for row in rows:
         value = "unset" if row["value"] is None else row["value"]
         print(f"  {row['name']:<15} {value!s:<8} {row['source']}")
-    print(f"  enabled at import: {'yes' if activation_requested() else 'no'} "
-          "(ACTIVATE_TORCH_DEVICE, TORCH_ALLOW_REDIRECTS)")  # fmt: skip
+    print(
+        f"  enabled at import: {'yes' if activation_requested() else 'no'} "
+        "(ACTIVATE_TORCH_DEVICE, TORCH_ALLOW_REDIRECTS)"
+    )
     return 0
 
 
@@ -422,8 +490,14 @@ def info_dict(host: Host, settings: list[dict[str, Any]]) -> dict[str, Any]:
         except (RuntimeError, TypeError) as exc:
             policy.append({"request": request, "error": str(exc)})
         else:
-            policy.append({"request": request, "device": str(decision.device),
-                           "action": decision.action, "reason": decision.reason})  # fmt: skip
+            policy.append(
+                {
+                    "request": request,
+                    "device": str(decision.device),
+                    "action": decision.action,
+                    "reason": decision.reason,
+                }
+            )
     return {
         "torchdevice": __version__,
         "torch": torch.__version__,
@@ -446,8 +520,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
     if args[:1] in (["-h"], ["--help"], ["--version"]) or not args:
         if not args:  # as argparse does for a missing required argument
             _top_parser(prog).print_usage(sys.stderr)
-            print(f"{prog}: error: a SCRIPT, -m MODULE or subcommand is required",
-                  file=sys.stderr)  # fmt: skip
+            print(f"{prog}: error: a SCRIPT, -m MODULE or subcommand is required", file=sys.stderr)
             return 2
         _top_parser(prog).parse_args(args)  # prints help or the version, and exits 0
     try:  # a bad ACTIVATE_TORCH_DEVICE is a usage error: one line, status 2

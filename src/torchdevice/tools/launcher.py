@@ -111,16 +111,23 @@ def _show_script_frames_only() -> None:
     """
     hook = sys.excepthook
 
-    def excepthook(kind: type[BaseException], value: BaseException,
-                   tb: TracebackType | None) -> None:  # fmt: skip
+    def excepthook(
+        kind: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
         tb = _script_traceback(tb)
         hook(kind, value.with_traceback(tb), tb)
 
     sys.excepthook = excepthook
 
 
-def _run(target: Any, argv: list[str], path0: str, options: dict[str, Any],
-         report_path: Path | None, quiet: bool) -> None:  # fmt: skip
+def _run(
+    target: Any,
+    argv: list[str],
+    path0: str,
+    options: dict[str, Any],
+    report_path: Path | None,
+    quiet: bool,
+) -> None:
     """Run ``target`` redirected, then fail the way a direct run fails.
 
     Redirection stays on until the process ends, as the device the script was written
@@ -208,8 +215,12 @@ def run_script(
     )
     _run(
         target,
-        argv, path0, options or {}, report_path, quiet,
-    )  # fmt: skip
+        argv,
+        path0,
+        options or {},
+        report_path,
+        quiet,
+    )
 
 
 def run_module(
@@ -233,8 +244,12 @@ def run_module(
     argv = [module, *args]  # runpy replaces argv[0] with the module's file
     _run(
         lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
-        argv, os.getcwd(), options or {}, report_path, quiet,
-    )  # fmt: skip
+        argv,
+        os.getcwd(),
+        options or {},
+        report_path,
+        quiet,
+    )
 
 
 def _module_problem(module: str) -> str | None:

@@ -293,8 +293,11 @@ class _Porter:
             pass  # asks for the CPU: already device-agnostic code
         elif not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
             suffix = " (its .type)" if as_type else ""
-            self.note(node, f"the device here is `{self.src.segment(node)}`, which the port "
-                      f"cannot read: make it `{self.device()}`{suffix}")  # fmt: skip
+            self.note(
+                node,
+                f"the device here is `{self.src.segment(node)}`, which the port "
+                f"cannot read: make it `{self.device()}`{suffix}",
+            )
         else:  # the comment names the device variable, so the file gets one to use
             self.note(
                 node,
@@ -323,12 +326,17 @@ class _Porter:
             self.port_rule(entry, call)
             return
         if called != api.rsplit(".", 1)[-1]:  # `from torch.cuda import synchronize as sync`
-            self.note(call, f"a call of {api} under another name (`{self.src.segment(func)}`): "
-                      "port it by hand")  # fmt: skip
+            self.note(
+                call,
+                f"a call of {api} under another name (`{self.src.segment(func)}`): port it by hand",
+            )
             return
         if api == "Tensor.type" or (api.startswith("torch.cuda.") and api.endswith("Tensor")):
-            self.note(call, "a legacy typed tensor (torch.cuda.FloatTensor...): use "
-                      f".to({self.var}, dtype) or a factory with dtype= and device=")  # fmt: skip
+            self.note(
+                call,
+                "a legacy typed tensor (torch.cuda.FloatTensor...): use "
+                f".to({self.var}, dtype) or a factory with dtype= and device=",
+            )
         elif api in ("Tensor.cuda", "Module.cuda"):
             self.port_cuda_method(call)
         elif api in ("Tensor.to", "Module.to"):
@@ -343,8 +351,11 @@ class _Porter:
             self.port_amp(call, "torch.amp.GradScaler", "device")
         elif api in ("torch.distributed.init_process_group", "torch.distributed.new_group"):
             if entry.requested.startswith("device_id="):
-                self.note(call, "device_id binds NCCL to one GPU, and torch rejects the CPU as "
-                          "one: pass it only when device.type == 'cuda'")  # fmt: skip
+                self.note(
+                    call,
+                    "device_id binds NCCL to one GPU, and torch rejects the CPU as "
+                    "one: pass it only when device.type == 'cuda'",
+                )
             else:
                 self.port_backend(call)
         elif api == "torch.nn.parallel.DistributedDataParallel":
@@ -383,13 +394,19 @@ class _Porter:
                 if isinstance(node, ast.Constant) and node.value == "cpu:-1":
                     self.replace(node, '"cpu"')
         elif entry.kind == "dtype":
-            self.note(call, "MPS has no float64: torchdevice narrowed it to float32 here; "
-                      "use float32 (or keep this on the CPU) for MPS")  # fmt: skip
+            self.note(
+                call,
+                "MPS has no float64: torchdevice narrowed it to float32 here; "
+                "use float32 (or keep this on the CPU) for MPS",
+            )
         else:
             where = entry.requested.split(",")[0].split(":")[0]  # "mps:0, float32" -> mps
-            self.note(call, f"{entry.api} has no kernel on {where}: "
-                      "torchdevice reran it on the CPU; natively, move it to the CPU "
-                      "(or set PYTORCH_ENABLE_MPS_FALLBACK=1 on a Mac)")  # fmt: skip
+            self.note(
+                call,
+                f"{entry.api} has no kernel on {where}: "
+                "torchdevice reran it on the CPU; natively, move it to the CPU "
+                "(or set PYTORCH_ENABLE_MPS_FALLBACK=1 on a Mac)",
+            )
 
     def port_cuda_method(self, call: ast.Call) -> None:
         if not isinstance(call.func, ast.Attribute):
@@ -474,8 +491,11 @@ class _Porter:
             replacement = f"torch.distributed.get_default_backend_for_device({self.device()})"
             self.replace(node, replacement)
         elif node is not None:
-            self.note(call, f"the backend `{self.src.segment(node)}` is set elsewhere: use "
-                      f"torch.distributed.get_default_backend_for_device({self.var})")  # fmt: skip
+            self.note(
+                call,
+                f"the backend `{self.src.segment(node)}` is set elsewhere: use "
+                f"torch.distributed.get_default_backend_for_device({self.var})",
+            )
 
     def port_facade(self, api: str, call: ast.Call) -> None:
         """A device-module call, by :data:`torchdevice.rewrites.DEVICE_API` (the table the
@@ -497,8 +517,11 @@ class _Porter:
             self.replace(call, rewrite.code(self._arguments(call), self.device()))
             return
         if name in ("manual_seed", "manual_seed_all") and self._seeded_before(call):
-            self.remove_statement(self.src.statement(call), f"removed `{self.src.segment(call)}`: "
-                                  "the torch.manual_seed above seeds every device")  # fmt: skip
+            self.remove_statement(
+                self.src.statement(call),
+                f"removed `{self.src.segment(call)}`: "
+                "the torch.manual_seed above seeds every device",
+            )
             return
         self.replace(call.func, rewrite.target)
         if form == "helper":
@@ -536,8 +559,9 @@ class _Porter:
             return False
         parent = self.src.parents.get(statement)
         blocks = ("body", "orelse", "finalbody")
-        body: list[ast.stmt] = next((getattr(parent, name) for name in blocks
-                                     if statement in getattr(parent, name, ())), [])  # fmt: skip
+        body: list[ast.stmt] = next(
+            (getattr(parent, name) for name in blocks if statement in getattr(parent, name, ())), []
+        )
         index = body.index(statement)
         if index == 0:
             return False
@@ -610,11 +634,11 @@ class _Porter:
                     continue  # made twice (two rows for one call: Tensor.cuda and Module.cuda)
                 accepted.append(edit)
                 continue
-            if any(a.start <= edit.start and edit.end <= a.end and a.end > a.start
-                   for a in accepted):  # fmt: skip
+            if any(
+                a.start <= edit.start and edit.end <= a.end and a.end > a.start for a in accepted
+            ):
                 continue  # within a larger edit, which replaced it as a whole
-            if any(a.start < edit.end and edit.start < a.end and a.end > a.start
-                   for a in accepted):  # fmt: skip
+            if any(a.start < edit.end and edit.start < a.end and a.end > a.start for a in accepted):
                 continue  # a partial overlap cannot happen with the rules above; be safe
             accepted.append(edit)
         return accepted
@@ -633,8 +657,9 @@ class _Porter:
             if isinstance(statement, (ast.Import, ast.ImportFrom)):
                 last_import = statement
                 if isinstance(statement, ast.Import):
-                    imported.update(f"import {alias.name}" for alias in statement.names
-                                    if alias.asname is None)  # fmt: skip
+                    imported.update(
+                        f"import {alias.name}" for alias in statement.names if alias.asname is None
+                    )
             elif (
                 not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
                 and last_import is not None
@@ -769,9 +794,11 @@ def port_source(text: str, entries: Iterable[Entry]) -> tuple[str, tuple[str, ..
 def unified_diff(label: str, old: str, new: str) -> str:
     """A ``git apply``-able diff of one file, ``label`` relative to the repository root."""
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        f"a/{label}", f"b/{label}",
-    )  # fmt: skip
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        f"a/{label}",
+        f"b/{label}",
+    )
     text = ""
     for line in lines:
         text += line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"

@@ -158,12 +158,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "process of the run (TORCHDEVICE_HOST); simulated-mps runs on the simulated MPS "
         "device: MPS's op set, errors and dtypes on the CPU",
     )
-    parser.addini("torchdevice", "redirect the whole run (as --torchdevice)", type="bool",
-                  default=False)  # fmt: skip
-    parser.addini("torchdevice_report", "where to write the migration report (as "
-                  "--torchdevice-report)", default=None)  # fmt: skip
-    parser.addini("torchdevice_skip_unsupported", "as --torchdevice-skip-unsupported",
-                  type="bool", default=False)  # fmt: skip
+    parser.addini(
+        "torchdevice", "redirect the whole run (as --torchdevice)", type="bool", default=False
+    )
+    parser.addini(
+        "torchdevice_report",
+        "where to write the migration report (as --torchdevice-report)",
+        default=None,
+    )
+    parser.addini(
+        "torchdevice_skip_unsupported",
+        "as --torchdevice-skip-unsupported",
+        type="bool",
+        default=False,
+    )
 
 
 def _asked(config: pytest.Config) -> bool:

@@ -11,9 +11,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = [
-    "OUTCOMES", "Category", "Comparison", "Outcome", "RunResult", "TestResult", "categorize",
+    "OUTCOMES",
+    "Category",
+    "Comparison",
+    "Outcome",
+    "RunResult",
+    "TestResult",
+    "categorize",
     "compare_runs",
-]  # fmt: skip
+]
 
 Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed", "absent"]
 Category = Literal["regression", "redirected_only", "native_only", "fixed", "same"]

@@ -337,8 +337,10 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
         comparison = compare_runs(native, redirected, pytest_args, _host(output))
         comparison.interrupted = stop.run.label
         _, md_path = write(comparison, output)
-        print(f"{prog}: interrupted during the {stop.run.label} run; what finished is in "
-              f"{md_path}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{prog}: interrupted during the {stop.run.label} run; what finished is in {md_path}",
+            file=sys.stderr,
+        )
         return 130
     comparison = compare_runs(native, redirected, pytest_args, _host(output))
     json_path, md_path = write(comparison, output)
