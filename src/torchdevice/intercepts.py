@@ -404,9 +404,18 @@ def parse_to(
     parse, gives the decided device, keeping what it stood for
     (:func:`~torchdevice.transfers.device_object`).
     """
+    request = kwargs.get("device", args[0] if args else None)
+    if type(request) is int:
+        # torch reads an int as an index of the current accelerator (``simgpu:1`` or
+        # ``mps:1`` on an MPS host, an index past its one device); the policy reads it as
+        # CUDA code means it, a CUDA index (``model.to(rank)`` in DDP scripts).
+        request = torch.device("cuda", request)
+        if "device" in kwargs:
+            kwargs = {**kwargs, "device": request}
+        else:
+            args = (request, *args[1:])
     written = args, kwargs
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 0)
-    request = written[1].get("device", written[0][0] if written[0] else None)
     if type(request) is not torch.device or requested(request, None) is None:
         try:  # a remembered object (Module.cuda's, below) is not as written: decided
             return func(*written[0], **written[1])

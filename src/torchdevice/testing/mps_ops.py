@@ -190,3 +190,11 @@ def mps_kernels() -> frozenset[str]:
     """
     kernels = {name for name, keys in dispatch_keys().items() if "MPS" in keys}
     return frozenset(kernels | MPS_CPU_FALLBACK_OPS)
+
+
+@functools.cache
+def mps_sparse_kernels() -> frozenset[str]:
+    """Every ``aten::`` overload MPS has a sparse COO kernel for (``SparseMPS``), in the
+    installed torch: building, converting, coalescing and reading sparse tensors, and their
+    arithmetic."""
+    return frozenset(name for name, keys in dispatch_keys().items() if "SparseMPS" in keys)

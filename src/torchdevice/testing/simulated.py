@@ -86,6 +86,7 @@ from torchdevice.testing import compiling, native
 from torchdevice.testing.mps_ops import (
     MPS_DTYPES,
     mps_kernels,
+    mps_sparse_kernels,
     scalar_type_name,
 )
 
@@ -97,22 +98,24 @@ __all__ = [
     "registered_name",
     "registered_overloads",
     "supported_ops",
+    "supported_sparse_ops",
 ]
 
 #: The device type the backend registers as when no name is given.
 DEFAULT_NAME: Final = "simgpu"
 
 
-def _cpu_kernels() -> frozenset[str]:
-    """Every ``aten::`` overload the installed torch has a CPU kernel for (the dispatcher's
-    own answer), composite ones left out: those decompose on every backend."""
+def _cpu_kernels(key: str = "CPU") -> frozenset[str]:
+    """Every ``aten::`` overload the installed torch has a kernel for at ``key`` (``CPU``,
+    or ``SparseCPU``: the dispatcher's own answer), composite ones left out: those decompose
+    on every backend."""
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     names = set()
     for name in torch._C._dispatch_get_all_op_names():
         if not name.startswith("aten::"):
             continue
         try:
-            if has(name, "CPU") and not has(name, "CompositeImplicitAutograd"):
+            if has(name, key) and not has(name, "CompositeImplicitAutograd"):
                 names.add(name)
         except RuntimeError:  # pragma: no cover - a name the dispatcher lists but cannot find
             continue
@@ -134,6 +137,15 @@ def supported_ops() -> frozenset[str]:
 
 
 @functools.cache
+def supported_sparse_ops() -> frozenset[str]:
+    """The ``aten::op.overload`` names this device computes on sparse COO tensors: those MPS
+    has a ``SparseMPS`` kernel for that the CPU has a ``SparseCPU`` kernel to run. A sparse
+    op MPS lacks fails as on MPS, with the dispatcher's "Could not run ... with arguments
+    from the 'SparsePrivateUse1' backend" (MPS registers no fallback for sparse tensors)."""
+    return _cpu_kernels("SparseCPU") & mps_sparse_kernels()
+
+
+@functools.cache
 def missing_ops() -> frozenset[str]:
     """The ``aten::op.overload`` names the CPU has a kernel for and MPS has none: on this
     device each raises MPS's own ``NotImplementedError``, and a CPU fallback can rerun it."""
@@ -145,6 +157,7 @@ def missing_ops() -> frozenset[str]:
 _CROSS_DEVICE_OPS: Final = frozenset(
     {
         "copy_",
+        "copy_sparse_to_sparse_",
         "_copy_from",
         "_copy_from_and_resize",
         "index",
@@ -237,7 +250,9 @@ def register(name: str = DEFAULT_NAME) -> str:
                 f"simulated accelerator cannot register as {name!r}. Run it in a process "
                 "that loads no other out-of-tree backend."
             )
-        for operator in supported_ops():  # fail before the permanent rename
+        for operator in (
+            supported_ops() | supported_sparse_ops()
+        ):  # fail before the permanent rename
             _overload(operator)
         native.load()  # the allocator, guard and hooks: a build error leaves torch untouched
         module = _DeviceModule(name)
@@ -507,10 +522,14 @@ class _Backend:
         plain.append(torch.ops.aten.copy_.default)  # composite in PyTorch; a plain kernel here
         self._install_plain(plain)
         installed.update(_operator_name(op) for op in plain)
+        sparse = [_overload(operator) for operator in sorted(supported_sparse_ops())]
+        self._install_plain(sparse, sparse=True)
+        installed.update(_operator_name(op) for op in sparse)
         return frozenset(installed)
 
-    def _install_plain(self, ops: list[torch._ops.OpOverload]) -> None:
-        """Register the C++ half's kernel for ``ops``, with each op's device and dtype rules."""
+    def _install_plain(self, ops: list[torch._ops.OpOverload], *, sparse: bool = False) -> None:
+        """Register the C++ half's kernel for ``ops``, with each op's device and dtype rules
+        (at ``SparsePrivateUse1`` for ``sparse``: MPS's sparse COO kernels)."""
         packets = [op._schema.name.split("::", 1)[1] for op in ops]
         with warnings.catch_warnings():  # "ComplexHalf support is experimental"
             warnings.simplefilter("ignore", UserWarning)
@@ -523,6 +542,7 @@ class _Backend:
                 for op, packet in zip(ops, packets, strict=True)
             ],
             samples,
+            sparse,
         )
 
     def _special_kernels(self) -> dict[str, Callable[..., Any]]:

@@ -18,6 +18,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Operators.h>
+#include <ATen/SparseTensorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -410,26 +411,31 @@ Registration registration;
 
 // ---- what the Python half calls --------------------------------------------------------
 
-// A device tensor (uint8, one dimension) over the whole storage of a CPU tensor, without a
-// copy: the device storage keeps the CPU storage alive, and is resizable like any other.
-at::Tensor adopt(const at::Tensor& host) {
-  TORCH_CHECK(host.device().is_cpu(), "adopt() takes a CPU tensor, got one on ", host.device());
-  const c10::Storage& source = host.storage();
+// A device storage over a CPU storage's memory, without a copy the device storage keeps the
+// CPU storage alive, and is resizable like any other.
+c10::Storage adopt_storage(const c10::Storage& source) {
   void* data = const_cast<void*>(source.data());
   auto* block = new Block{data, static_cast<int64_t>(source.nbytes()), source};
   count_allocation(block->nbytes);
   c10::DataPtr pointer(data, block, &release_block, the_device());
-  auto storage = c10::make_intrusive<c10::StorageImpl>(
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(),
       source.nbytes(),
       std::move(pointer),
       &device_allocator,
-      /*resizable=*/true);
+      /*resizable=*/true));
+}
+
+// A device tensor (uint8, one dimension) over the whole storage of a CPU tensor, without a
+// copy (Python's kernels wrap their CPU results with it).
+at::Tensor adopt(const at::Tensor& host) {
+  TORCH_CHECK(host.device().is_cpu(), "adopt() takes a CPU tensor, got one on ", host.device());
   auto result = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(storage)),
+      adopt_storage(host.storage()),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       caffe2::TypeMeta::Make<uint8_t>());
-  result.unsafeGetTensorImpl()->set_sizes_contiguous({static_cast<int64_t>(source.nbytes())});
+  result.unsafeGetTensorImpl()->set_sizes_contiguous(
+      {static_cast<int64_t>(host.storage().nbytes())});
   return result;
 }
 
@@ -440,7 +446,15 @@ std::array<bool, static_cast<size_t>(c10::ScalarType::NumOptions)> accepted_dtyp
 
 // Device storages by the address of their memory: a CPU result on an input's memory (a view)
 // becomes a device tensor on that input's storage; results sharing memory share a storage.
-using Storages = std::unordered_map<const void*, c10::Storage>;
+// `keys` is the key set of the device tensor the storage came from (empty for a storage a
+// result adopted): a view takes its base's, as PyTorch's own view kernels do (TensorImpl's
+// VIEW constructor), so a view of an ordinary tensor made under torch.inference_mode() is an
+// ordinary tensor that autograd can give its base's version counter.
+struct Known {
+  c10::Storage storage;
+  c10::DispatchKeySet keys;
+};
+using Storages = std::unordered_map<const void*, Known>;
 
 std::string device_name() {
   return c10::get_privateuse1_backend();
@@ -459,7 +473,7 @@ at::Tensor host_alias(const at::Tensor& tensor, Storages& storages) {
         c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
         /*allocator=*/nullptr,
         /*resizable=*/false);
-    storages.emplace(data, storage);
+    storages.emplace(data, Known{storage, tensor.key_set()});
   } else {
     host = c10::Storage(
         c10::Storage::use_byte_size_t(), 0, c10::GetCPUAllocator()->allocate(0),
@@ -474,20 +488,6 @@ at::Tensor host_alias(const at::Tensor& tensor, Storages& storages) {
   return alias;
 }
 
-// A device storage over a CPU storage's memory, without a copy (see adopt()).
-c10::Storage adopt_storage(const c10::Storage& source) {
-  void* data = const_cast<void*>(source.data());
-  auto* block = new Block{data, static_cast<int64_t>(source.nbytes()), source};
-  count_allocation(block->nbytes);
-  c10::DataPtr pointer(data, block, &release_block, the_device());
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(),
-      source.nbytes(),
-      std::move(pointer),
-      &device_allocator,
-      /*resizable=*/true));
-}
-
 // A CPU kernel's result as a device tensor: on the input storage it is a view of, else on a
 // storage adopting its memory. MPS allocates every result with empty_mps, which refuses float64.
 at::Tensor from_host(const at::Tensor& host, Storages& storages) {
@@ -497,24 +497,82 @@ at::Tensor from_host(const at::Tensor& host, Storages& storages) {
       " framework doesn't support float64. Please use float32 instead.");
   const c10::Storage& source = host.storage();
   c10::Storage storage;
+  c10::DispatchKeySet base_keys;
   if (source.nbytes() != 0) {
     auto found = storages.find(source.data());
     if (found != storages.end()) {
-      storage = found->second;
+      storage = found->second.storage;
+      base_keys = found->second.keys;
     } else {
       storage = adopt_storage(source);
-      storages.emplace(source.data(), storage);
+      storages.emplace(source.data(), Known{storage, c10::DispatchKeySet()});
     }
   } else {
     storage = adopt_storage(source);
   }
-  auto result = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), host.dtype());
+  auto result = base_keys.empty()
+      ? at::detail::make_tensor<c10::TensorImpl>(
+            std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), host.dtype())
+      : at::detail::make_tensor<c10::TensorImpl>(
+            c10::TensorImpl::VIEW, std::move(storage), base_keys, host.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(
       host.sizes(), host.strides(), host.storage_offset());
   result._set_conj(host.is_conj());
   result._set_neg(host.is_neg());
   return result;
+}
+
+// ---- sparse COO tensors ------------------------------------------------------------------
+
+// MPS has sparse COO tensors (the SparseMPS kernels of native_functions.yaml: construction,
+// to_sparse/to_dense, coalesce, indices/values, copies, arithmetic). A sparse tensor is its
+// sizes, dimensions, coalesced flag and two dense tensors, indices and values: its alias on
+// the CPU is a SparseCPU tensor over CPU aliases of those two, and a CPU result comes back
+// the same way, so the dense machinery above does the memory.
+at::SparseTensorImpl* sparse_impl(const at::Tensor& tensor) {
+  return static_cast<at::SparseTensorImpl*>(tensor.unsafeGetTensorImpl());
+}
+
+// Give `target` the sparse geometry of `like` over `indices` and `values` (no copy).
+void set_sparse(
+    const at::Tensor& target, const at::Tensor& like, const at::Tensor& indices,
+    const at::Tensor& values) {
+  at::SparseTensorImpl* impl = sparse_impl(target);
+  const at::SparseTensorImpl* source = sparse_impl(like);
+  impl->raw_resize_(source->sparse_dim(), source->dense_dim(), like.sizes());
+  impl->set_indices_and_values_unsafe(indices, values);
+  impl->set_coalesced(source->coalesced());
+}
+
+at::Tensor make_sparse(
+    c10::DispatchKey key, const at::Tensor& like, const at::Tensor& indices,
+    const at::Tensor& values) {
+  auto result =
+      at::detail::make_tensor<at::SparseTensorImpl>(c10::DispatchKeySet(key), like.dtype());
+  set_sparse(result, like, indices, values);
+  return result;
+}
+
+at::Tensor sparse_host_alias(const at::Tensor& tensor, Storages& storages) {
+  const at::SparseTensorImpl* impl = sparse_impl(tensor);
+  return make_sparse(
+      c10::DispatchKey::SparseCPU, tensor, host_alias(impl->indices(), storages),
+      host_alias(impl->values(), storages));
+}
+
+at::Tensor sparse_from_host(const at::Tensor& host, Storages& storages) {
+  const at::SparseTensorImpl* impl = sparse_impl(host);
+  return make_sparse(
+      c10::DispatchKey::SparsePrivateUse1, host, from_host(impl->indices(), storages),
+      from_host(impl->values(), storages));
+}
+
+// After a CPU kernel wrote into the alias of a sparse device tensor (coalesce in place,
+// resize_and_clear, copy_, add_), the device tensor takes the alias's new state: unlike dense
+// memory, a sparse tensor's indices and values are replaced, not written through.
+void write_back_sparse(const at::Tensor& device, const at::Tensor& host, Storages& storages) {
+  const at::SparseTensorImpl* impl = sparse_impl(host);
+  set_sparse(device, host, from_host(impl->indices(), storages), from_host(impl->values(), storages));
 }
 
 // Refuse a tensor from another device, as TensorIterator does (CPU scalars pass), and device
@@ -547,7 +605,8 @@ c10::IValue to_host(
     const at::Tensor& tensor = value.toTensor();
     check_tensor(tensor, op, cross_device, any_dtype);
     if (tensor.defined() && tensor.device().type() == kType) {
-      return host_alias(tensor, storages);
+      return tensor.is_sparse() ? sparse_host_alias(tensor, storages)
+                                : host_alias(tensor, storages);
     }
     return value;
   }
@@ -577,7 +636,10 @@ c10::IValue to_host(
 c10::IValue to_device(const c10::IValue& value, Storages& storages) {
   if (value.isTensor()) {
     const at::Tensor& tensor = value.toTensor();
-    return tensor.defined() ? from_host(tensor, storages) : value;
+    if (!tensor.defined()) {
+      return value;
+    }
+    return tensor.is_sparse() ? sparse_from_host(tensor, storages) : from_host(tensor, storages);
   }
   if (value.isList()) {
     auto list = value.toList();
@@ -616,8 +678,10 @@ int written_argument(const c10::FunctionSchema& schema, size_t return_index) {
 // on CPU aliases of the inputs, so views stay views and in-place ops write in place. out=
 // arguments get a fresh CPU tensor instead, because a CPU kernel may resize them; the result is
 // copied into the device tensor, resized first, as PyTorch's own cpu_fallback does. Returns that
-// are an argument written in place are that very argument, as on a real backend.
-template <bool CrossDevice, bool AnyDtype>
+// are an argument written in place are that very argument, as on a real backend. `Sparse`
+// kernels are registered at SparsePrivateUse1 and run the SparseCPU kernel; a sparse argument
+// they write into takes the CPU alias's new indices and values afterwards.
+template <bool CrossDevice, bool AnyDtype, bool Sparse>
 void alias_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Below Python dispatch modes, as a Python kernel under no_dispatch() is: the CPU work that
   // implements the device is not the program's own.
@@ -629,12 +693,13 @@ void alias_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> originals(stack->end() - count, stack->end());
   Storages storages;
   std::vector<std::pair<at::Tensor, at::Tensor>> outs; // (device out, CPU out)
+  std::vector<std::pair<at::Tensor, at::Tensor>> written_sparse; // (device, its CPU alias)
   for (size_t index = 0; index < count; ++index) {
     c10::IValue& slot = (*stack)[stack->size() - count + index];
     const c10::Argument& argument = arguments[index];
     const c10::AliasInfo* alias = argument.alias_info();
-    if (argument.kwarg_only() && alias != nullptr && alias->isWrite() && slot.isTensor() &&
-        slot.toTensor().defined()) {
+    const bool writes = alias != nullptr && alias->isWrite();
+    if (argument.kwarg_only() && writes && slot.isTensor() && slot.toTensor().defined()) {
       const at::Tensor device_out = slot.toTensor();
       check_tensor(device_out, op, CrossDevice, AnyDtype);
       at::Tensor host_out = at::empty({0}, device_out.options().device(c10::kCPU));
@@ -643,9 +708,23 @@ void alias_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       continue;
     }
     slot = to_host(slot, op, CrossDevice, AnyDtype, storages);
+    if (Sparse && writes && slot.isTensor()) {
+      const at::Tensor& original = originals[index].toTensor();
+      if (original.defined() && original.is_sparse() && original.device().type() == kType) {
+        written_sparse.emplace_back(original, slot.toTensor());
+      }
+    }
   }
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  op.redispatchBoxed(
+      c10::DispatchKeySet(Sparse ? c10::DispatchKey::SparseCPU : c10::DispatchKey::CPU), stack);
+  for (auto& [device, host] : written_sparse) {
+    write_back_sparse(device, host, storages);
+  }
   for (auto& [device_out, host_out] : outs) {
+    if (device_out.is_sparse()) {
+      write_back_sparse(device_out, host_out, storages);
+      continue;
+    }
     if (device_out.sizes() != host_out.sizes()) {
       device_out.resize_(host_out.sizes());
     }
@@ -666,14 +745,27 @@ std::vector<std::unique_ptr<torch::Library>>& libraries() {
   return *kept;
 }
 
-// Register alias_kernel at PrivateUse1 for each overload ("add.Tensor"; a bare name for
-// .default), with the flags that apply to it, and accept the dtypes of `dtypes` (one sample
-// tensor per dtype MPS kernels accept).
+template <bool Sparse>
+torch::CppFunction kernel_for(bool cross_device, bool any_dtype) {
+  if (cross_device) {
+    return any_dtype
+        ? torch::CppFunction::makeFromBoxedFunction<&alias_kernel<true, true, Sparse>>()
+        : torch::CppFunction::makeFromBoxedFunction<&alias_kernel<true, false, Sparse>>();
+  }
+  return any_dtype
+      ? torch::CppFunction::makeFromBoxedFunction<&alias_kernel<false, true, Sparse>>()
+      : torch::CppFunction::makeFromBoxedFunction<&alias_kernel<false, false, Sparse>>();
+}
+
+// Register alias_kernel for each overload ("add.Tensor"; a bare name for .default), with the
+// flags that apply to it, at PrivateUse1 (or SparsePrivateUse1 for `sparse`), and accept the
+// dtypes of `dtypes` (one sample tensor per dtype MPS kernels accept).
 void install_kernels(
     const c10::List<std::string>& overloads,
     const c10::List<bool>& cross_device,
     const c10::List<bool>& any_dtype,
-    at::TensorList dtypes) {
+    at::TensorList dtypes,
+    bool sparse) {
   TORCH_CHECK(
       overloads.size() == cross_device.size() && overloads.size() == any_dtype.size(),
       "install_kernels: one flag of each kind per overload");
@@ -681,14 +773,14 @@ void install_kernels(
     accepted_dtypes[static_cast<size_t>(sample.scalar_type())] = true;
   }
   auto library = std::make_unique<torch::Library>(
-      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+      torch::Library::IMPL, "aten",
+      sparse ? c10::DispatchKey::SparsePrivateUse1 : c10::DispatchKey::PrivateUse1, __FILE__,
+      __LINE__);
   for (size_t index = 0; index < overloads.size(); ++index) {
-    torch::CppFunction kernel = cross_device.get(index)
-        ? (any_dtype.get(index) ? torch::CppFunction::makeFromBoxedFunction<&alias_kernel<true, true>>()
-                            : torch::CppFunction::makeFromBoxedFunction<&alias_kernel<true, false>>())
-        : (any_dtype.get(index) ? torch::CppFunction::makeFromBoxedFunction<&alias_kernel<false, true>>()
-                            : torch::CppFunction::makeFromBoxedFunction<&alias_kernel<false, false>>());
-    library->impl(overloads.get(index).c_str(), std::move(kernel));
+    library->impl(
+        overloads.get(index).c_str(),
+        sparse ? kernel_for<true>(cross_device.get(index), any_dtype.get(index))
+               : kernel_for<false>(cross_device.get(index), any_dtype.get(index)));
   }
   libraries().push_back(std::move(library));
 }
@@ -719,7 +811,8 @@ TORCH_LIBRARY(torchdevice_simulated, m) {
   m.def("max_memory_allocated() -> int", &torchdevice_simulated::max_memory_allocated);
   m.def("reset_peak_memory_stats() -> ()", &torchdevice_simulated::reset_peak_memory_stats);
   m.def(
-      "install_kernels(str[] overloads, bool[] cross_device, bool[] any_dtype, Tensor[] dtypes) -> ()",
+      "install_kernels(str[] overloads, bool[] cross_device, bool[] any_dtype, Tensor[] dtypes, "
+      "bool sparse=False) -> ()",
       &torchdevice_simulated::install_kernels);
 }
 
