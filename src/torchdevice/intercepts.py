@@ -22,6 +22,7 @@ schemas and checks it). Beyond ``torch/utils/_device.py``'s constructors:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ from torchdevice.policy import (
     Decision,
     Standing,
     draws_on_generator,
+    has_float64,
     is_inplace,
     pins,
 )
@@ -235,7 +237,12 @@ def generator_bound(
     generator's device, as natively, and land on the tensor's: in place for ``x.uniform_``
     and friends, moved for ``torch.bernoulli``/``multinomial``/``normal``.
     """
+    if not args and "tensor" in kwargs:  # nn.init's functions reach modes by keyword
+        kwargs = dict(kwargs)
+        args = (kwargs.pop("tensor"),)
     generator = kwargs.get("generator")
+    if generator is None:  # and take it positionally too
+        generator = next((a for a in args if isinstance(a, torch.Generator)), None)
     tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if (
         generator is None
@@ -264,6 +271,19 @@ _GENERATOR_OPS = (
     "cauchy_",
 )
 _GENERATOR_FUNCTIONS = ("bernoulli", "multinomial", "poisson")
+
+
+def _initializers() -> list[Callable[..., Any]]:
+    """``torch.nn.init``'s functions that take a generator (``normal_(w, generator=g)``,
+    llm.c's initialisation). Some hand themselves to function modes whole, so the mode
+    never sees the random op inside: they get the generator rule themselves."""
+    return [
+        function
+        for name, function in vars(torch.nn.init).items()
+        if not name.startswith("_")
+        and inspect.isfunction(function)
+        and "generator" in inspect.signature(function).parameters
+    ]
 
 
 def _has_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -306,9 +326,14 @@ LEFT_OUT: Mapping[str, str] = {
 def explicit_factory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten."""
+    """``*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten; a
+    float64 ``dtype=`` landing on the MPS device follows the dtype rule either way."""
     request = kwargs.get("device")
     if request is None:
+        if rt.float64_device is not None and kwargs.get("dtype") is torch.float64:
+            source = args[0] if args else kwargs.get("input")
+            if isinstance(source, torch.Tensor) and source.device.type == rt.float64_device:
+                kwargs["dtype"] = _narrow_float64(rt, func, source.device, torch.float64)
         return func(*args, **kwargs)
     device, wanted = _placed(rt, request, func)
     kwargs["device"] = device
@@ -386,7 +411,8 @@ def _to_dtype_rule(
         "device": target,
         "dtype": narrowed,
         "non_blocking": non_blocking,
-        "copy": copy,
+        # a conversion natively, so a new tensor even where float32 is what it already is
+        "copy": copy or tensor.dtype != wanted,
         "memory_format": memory_format if memory_format is not None else torch.preserve_format,
     }
     return (tensor,), new_kwargs
@@ -485,16 +511,95 @@ def tensor_type(
     dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
     if isinstance(dtype, type) and getattr(dtype, "__module__", None) == "torch.cuda":
         dtype = f"torch.cuda.{dtype.__name__}"
+    tensor = args[0]
+    non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
     if not (isinstance(dtype, str) and dtype.startswith("torch.cuda.")):
+        if dtype is torch.float64 and tensor.device.type == rt.float64_device:
+            return _converted(rt, func, tensor)  # .type(torch.float64) on MPS
         return func(*args, **kwargs)
     decision, device = rt.place("cuda", func)
     if decision.action == "unchanged":
         return func(*args, **kwargs)
-    tensor = args[0]
-    non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
     cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
-    result = cast.to(device, non_blocking=non_blocking)
+    narrowed = cast.dtype
+    if rt.float64_device is not None:
+        narrowed = _narrow_float64(rt, func, device, narrowed)
+    result = cast.to(device, narrowed, non_blocking=non_blocking)
     return moved(tensor, result, "device")
+
+
+def _converted(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor) -> torch.Tensor:
+    """A conversion to float64 of a tensor on the MPS device: float32 under the dtype rule,
+    and a new tensor, as the native conversion gives, even where float32 is what it is."""
+    dtype = _narrow_float64(rt, func, tensor.device, torch.float64)
+    return tensor.to(dtype, copy=True)
+
+
+def tensor_double(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``Tensor.double()`` of a tensor on the MPS device (MPS hosts only): the dtype rule,
+    as for ``.to(torch.float64)``."""
+    tensor = args[0]
+    if tensor.device.type != rt.float64_device or tensor.dtype is torch.float64:
+        return func(*args, **kwargs)
+    if kwargs.get("memory_format", torch.preserve_format) is not torch.preserve_format:
+        dtype = _narrow_float64(rt, func, tensor.device, torch.float64)
+        return tensor.to(dtype, copy=True, memory_format=kwargs["memory_format"])
+    return _converted(rt, func, tensor)
+
+
+def float64_argument(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``dtype=torch.float64`` reaching the MPS device through an op's own dtype argument
+    (``x.sum(dtype=torch.float64)``, ``F.softmax(x, dim, dtype=torch.float64)``, MPS hosts
+    only): the dtype rule, logged at the call."""
+    if kwargs.get("dtype") is torch.float64:
+        tensor = args[0] if args else kwargs.get("input")
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == rt.float64_device:
+            kwargs["dtype"] = _narrow_float64(rt, func, tensor.device, torch.float64)
+    return func(*args, **kwargs)
+
+
+#: Ops that take ``dtype=`` without being factories or conversions read by the rules above
+#: (``view(dtype)`` reinterprets bits; quantization has its own dtypes).
+_NOT_DTYPE_ARGUMENTS = ("to", "view", "view_copy", "quantize_", "quantized_", "native_", "to_mkldnn")
+
+
+def _dtype_argument_functions() -> list[Callable[..., Any]]:
+    """Every public function and method whose op takes ``dtype=`` besides a tensor, read
+    off the aten schemas (``sum``, ``cumsum``, ``mean``, ``softmax``, ``linalg.norm``...),
+    with ``torch.nn.functional``'s that take one (they reach modes whole)."""
+    found: dict[int, Callable[..., Any]] = {}
+    tensor_type = torch._C.TensorType.get()
+    namespaces = {"linalg_": torch.linalg, "special_": torch.special, "": torch}
+    for schema in torch._C._jit_get_all_schemas():
+        name = schema.name.removeprefix("aten::")
+        arguments = schema.arguments
+        if (
+            name == schema.name
+            or name.startswith(("_", *_NOT_DTYPE_ARGUMENTS))
+            or not arguments
+            or not arguments[0].type.isSubtypeOf(tensor_type)
+            or not any(argument.name == "dtype" for argument in arguments)
+            or any(argument.name == "device" for argument in arguments)
+        ):
+            continue
+        prefix = next(p for p in namespaces if name.startswith(p))
+        for owner, attribute in ((namespaces[prefix], name[len(prefix) :]), (torch.Tensor, name)):
+            function = getattr(owner, attribute, None)
+            if callable(function):
+                found[id(function)] = function
+    functional = torch.nn.functional
+    for name, function in vars(functional).items():
+        if (
+            not name.startswith("_")
+            and inspect.isfunction(function)
+            and "dtype" in inspect.signature(function).parameters
+        ):
+            found[id(function)] = function
+    return list(found.values())
 
 
 def device_ctor(
@@ -623,4 +728,10 @@ def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
             table[getattr(torch.Tensor, name)] = generator_bound
         for name in _GENERATOR_FUNCTIONS:
             table[getattr(torch, name)] = generator_bound
+        for function in _initializers():
+            table[function] = generator_bound
+    if not has_float64(host):
+        table[torch.Tensor.double] = tensor_double
+        for function in _dtype_argument_functions():
+            table.setdefault(function, float64_argument)
     return table

@@ -73,8 +73,8 @@ _placed: list[FacadeModule] = []
 def install() -> None:
     """Put every facade the current host needs in place (idempotent; adapts to the host).
 
-    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without MPS; they answer
-    for :func:`~torchdevice.runtime.active`. Everything
+    ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without a real MPS backend
+    (the simulated MPS host included); they answer for :func:`~torchdevice.runtime.active`. Everything
     goes through the ledger, and leaves through it on ``disable()``.
     """
     rt = active()
@@ -88,8 +88,8 @@ def install() -> None:
         ledger.undo(CUDA_GROUP)
     else:
         _placed.extend(cuda.install())
-    if kind == "mps":
-        ledger.undo(mps.GROUP)
+    if kind == "mps" and not _simulated(rt):
+        ledger.undo(mps.GROUP)  # a Mac: the real torch.mps answers
     else:
         _placed.extend(mps.install())
     if kind == "cpu":
@@ -97,6 +97,13 @@ def install() -> None:
     else:
         ledger.undo(accelerator.GROUP)
     _clear_device_module_cache()
+
+
+def _simulated(rt: Any) -> bool:
+    """Whether the MPS host is one that stands for a Mac (the simulated MPS device): no
+    real MPS backend is there to answer ``torch.mps``, so the facade answers from the
+    device, as a Mac's would."""
+    return rt is not None and rt.host.device_type is not None
 
 
 def _repair(modules_before: set[str]) -> None:

@@ -2,9 +2,9 @@
 
 The other direction of the ``torch.cuda`` facade. Installed at ``sys.modules["torch.mps"]``
 and ``torch.mps`` (with ``torch.mps.event`` and ``torch.mps.profiler``), and
-``torch.backends.mps``, on every host that is not an MPS host. The answers come from
-the device "mps" requests really land on: the CUDA GPU (through the real ``torch.cuda``)
-or the CPU.
+``torch.backends.mps``, on every host without a real MPS backend. The answers come from
+the device "mps" requests really land on: the CUDA GPU (through the real ``torch.cuda``),
+the CPU, or the simulated MPS device, where MPS is there for every program, as on a Mac.
 
 Whether MPS is available depends on the program, as it does on the machines code is
 written for (:func:`is_available`): code that also considers CUDA hears what a CUDA
@@ -110,13 +110,23 @@ def is_available() -> bool:
     """
     if devices.asked_by_compiler():
         return bool(REAL_MPS.is_available())
+    if _stands_for_a_mac():
+        return True
     return devices.advertised() and _written_for(2) == "mps"
 
 
 def is_built() -> bool:
     """As :func:`is_available`: MPS-first code checks both before using "mps" (a CUDA
     build of torch says False)."""
+    if _stands_for_a_mac():
+        return True
     return devices.advertised() and _written_for(2) == "mps"
+
+
+def _stands_for_a_mac() -> bool:
+    """Whether the host is an MPS host (the simulated one: on a real Mac this facade is not
+    in place). A Mac says MPS is there to every program, CUDA code included."""
+    return real_device.runtime().host.kind == "mps"
 
 
 def device_count() -> int:
