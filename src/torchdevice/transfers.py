@@ -39,6 +39,7 @@ from torchdevice.policy import Standing
 
 __all__ = [
     "device_object",
+    "host_memory",
     "mark",
     "mark_placed",
     "moved",
@@ -152,3 +153,23 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
         result = source.clone()
     # else: ``Tensor.to`` returns its input or a fresh tensor, never another alias
     return mark_placed(result, target)
+
+
+def host_memory(tensor: object) -> object:
+    """``tensor`` in real host memory where the code holds it as a host tensor.
+
+    On an accelerator host a tensor the code moved to the host (``state.cpu()``) lives on
+    the accelerator; C++ that takes host memory only (``Generator.set_state``: "RNG state
+    must be a torch.ByteTensor") would refuse it where the code's own machine accepts it.
+    Such a tensor comes back to the CPU here; any other value, a tensor that stands for the
+    device included, is returned as is, for torch to accept or refuse as it would.
+    """
+    if (
+        isinstance(tensor, torch.Tensor)
+        and not tensor.is_cpu
+        and not tensor.is_meta
+        and standing(tensor) == "host"
+    ):
+        with torch._C.DisableTorchFunction():  # the real CPU, past the policy
+            return tensor.cpu()
+    return tensor

@@ -24,6 +24,7 @@ from torchdevice.compiling import constant_for_dynamo
 from torchdevice.errors import UnsupportedFeatureError
 from torchdevice.facade import real_device, reporting
 from torchdevice.facade.properties import DeviceProperties, properties_of
+from torchdevice.transfers import host_memory
 
 __all__ = [
     "device",
@@ -271,7 +272,7 @@ def get_rng_state(device: Any = "cuda") -> torch.Tensor:
 def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
     """Restore the real device generator's state."""
     real_device.checked(device)
-    generator().set_state(new_state)
+    generator().set_state(host_memory(new_state))  # a CPU state, wherever the code keeps it
 
 
 def get_rng_state_all() -> list[torch.Tensor]:

@@ -22,7 +22,7 @@ import torch.serialization
 from torchdevice import ledger
 from torchdevice.policy import Standing
 from torchdevice.runtime import Runtime, active
-from torchdevice.transfers import device_object
+from torchdevice.transfers import device_object, host_memory
 
 __all__ = ["GROUP", "REPLACEMENTS", "install", "installed"]
 
@@ -104,21 +104,47 @@ class _GeneratorMeta(type(_ORIGINAL_GENERATOR)):  # type: ignore[misc]
         return issubclass(subclass, _ORIGINAL_GENERATOR)
 
 
+class _HostStateGenerator(_ORIGINAL_GENERATOR):  # type: ignore[misc]
+    """A generator whose ``set_state`` takes a state the code holds in host memory.
+
+    Generator states are host (CPU) byte tensors on every device. On an accelerator host a
+    state the code brought to the host (Accelerate broadcasts it, then ``state.cpu()``)
+    lives on the accelerator, which the C++ ``set_state`` refuses: it gets the host copy
+    (:func:`~torchdevice.transfers.host_memory`). Pickles and copies are plain generators
+    (torch reduces every generator to ``torch._C.Generator``).
+    """
+
+    def set_state(self, new_state: torch.Tensor) -> Any:
+        return super().set_state(host_memory(new_state))
+
+
 class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
     """``torch.Generator`` whose ``device=`` goes through the policy.
 
-    Returns a genuine ``torch._C.Generator``; this class only exists while enabled. A
-    generator made without a device stays on the CPU, as natively: factories follow
-    their generator's device.
+    Returns a genuine ``torch._C.Generator``, of the subclass that reads host states
+    where they live (:class:`_HostStateGenerator`) on accelerator hosts; this class only
+    exists while enabled. A generator made without a device stays on the CPU, as natively:
+    factories follow their generator's device.
     """
 
     def __new__(cls, device: Any = None) -> Any:
         rt = active()
-        if device is None:
-            return _ORIGINAL_GENERATOR()
         if rt is None:
-            return _ORIGINAL_GENERATOR(device)
-        return _ORIGINAL_GENERATOR(device=rt.place(device, "torch.Generator")[1])
+            return _ORIGINAL_GENERATOR() if device is None else _ORIGINAL_GENERATOR(device)
+        made = _ORIGINAL_GENERATOR if rt.default_device is None else _HostStateGenerator
+        if device is None:
+            return made()
+        return made(device=rt.place(device, "torch.Generator")[1])
+
+
+_ORIGINAL_SET_RNG_STATE = torch.random.set_rng_state
+
+
+@functools.wraps(_ORIGINAL_SET_RNG_STATE)
+def set_rng_state(new_state: torch.Tensor) -> None:
+    """``torch.set_rng_state`` of a state the code holds in host memory (see
+    :class:`_HostStateGenerator`)."""
+    _ORIGINAL_SET_RNG_STATE(host_memory(new_state))
 
 
 _ORIGINAL_SET_DEFAULT_DEVICE = torch.set_default_device
@@ -214,6 +240,8 @@ REPLACEMENTS: tuple[tuple[Any, str, Any], ...] = (
     (torch.nn.Module, "cpu", module_cpu),
     (torch._utils, "_rebuild_tensor", rebuild_tensor),
     (torch, "set_default_device", set_default_device),
+    (torch, "set_rng_state", set_rng_state),
+    (torch.random, "set_rng_state", set_rng_state),
 )
 
 
