@@ -564,7 +564,15 @@ def float64_argument(
 
 #: Ops that take ``dtype=`` without being factories or conversions read by the rules above
 #: (``view(dtype)`` reinterprets bits; quantization has its own dtypes).
-_NOT_DTYPE_ARGUMENTS = ("to", "view", "view_copy", "quantize_", "quantized_", "native_", "to_mkldnn")
+_NOT_DTYPE_ARGUMENTS = (
+    "to",
+    "view",
+    "view_copy",
+    "quantize_",
+    "quantized_",
+    "native_",
+    "to_mkldnn",
+)
 
 
 def _dtype_argument_functions() -> list[Callable[..., Any]]:

@@ -272,6 +272,8 @@ def _install(name: str, module: _DeviceModule) -> _State:
     torch._register_device_module(name, module)  # type: ignore[no-untyped-call]  # untyped in torch
     kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
     overloads = _Backend(name, device, module).install(kernels)
+    for key in ("AutogradPrivateUse1", "PrivateUse1"):  # with autograd, and without (inference)
+        kernels.impl("lstm.input", _lstm_as_on_mps, key)  # type: ignore[no-untyped-call]  # untyped in torch
     # Autocast: the C++ half registers PyTorch's shared casting rules at AutocastPrivateUse1
     # (as MPS does at AutocastMPS); every other op passes through autocast uncast.
     autocast = torch.library.Library("_", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
@@ -402,6 +404,19 @@ class _DeviceModule:
                 yield cpu
             finally:
                 generator.set_state(cpu.get_state())
+
+    @contextmanager
+    def _global_cpu_generator_at(self, state: torch.Tensor) -> Iterator[None]:
+        """The CPU default generator at ``state`` (a device generator's, saved earlier) for
+        one CPU computation that replays draws already made; nothing advances."""
+        cpu = torch.default_generator
+        with self._rng_lock:
+            saved = cpu.get_state()
+            cpu.set_state(state)
+            try:
+                yield
+            finally:
+                cpu.set_state(saved)
 
     @contextmanager
     def _as_global_cpu_generator(self) -> Iterator[None]:
@@ -562,6 +577,8 @@ class _Backend:
         )
         zeros = self._kernel(torch.ops.aten._efficientzerotensor.default, _plain_zeros)
         return {
+            "aten::_lstm_mps": self._lstm,
+            "aten::lstm_mps_backward": self._lstm_backward,
             "aten::_efficientzerotensor": zeros,
             "aten::convolution_overrideable": convolution,
             "aten::convolution_backward_overrideable": convolution_backward,
@@ -780,6 +797,93 @@ class _Backend:
         dst.resize_(source.shape)
         return self._copy_from(source, dst)
 
+    # -- LSTM, as MPS runs it ---------------------------------------------------------
+    #
+    # ATen sends ``lstm`` on an MPS tensor to MPS's own kernel, ``_lstm_mps``, whose autograd
+    # formula is ``lstm_mps_backward`` (RNN.cpp; derivatives.yaml); the generic path would
+    # take ``_thnn_fused_lstm_cell`` for an out-of-tree device, which MPS does not have, at
+    # every step. ``lstm.input`` on this device goes the MPS way (:func:`_lstm_as_on_mps`,
+    # registered at AutogradPrivateUse1), and these two kernels are MPS's pair: the CPU's
+    # ``lstm`` on CPU aliases, its inter-layer dropout drawn from the device's generator as
+    # MPS draws it from its own. Their three extra outputs are this device's own: the
+    # generator state the forward drew from (so the backward replays the same masks, by
+    # running the CPU forward again under autograd), and two empty tensors.
+
+    def _lstm(
+        self,
+        input: torch.Tensor,
+        hx: list[torch.Tensor],
+        params: list[torch.Tensor],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> tuple[torch.Tensor, ...]:
+        with _below_python():
+            self._check_devices(torch.ops.aten._lstm_mps.default, (input, hx, params), {})
+            self._check_dtypes((input, hx, params), {})
+            state = self.module.default_generator.get_state()
+            memo: dict[int, torch.UntypedStorage] = {}
+            host_input, host_hx, host_params = tree_map(
+                lambda x: self._to_host(x, memo), (input, hx, params)
+            )
+            flags = (has_biases, num_layers, dropout, train, bidirectional, batch_first)
+            with self.module._as_global_cpu_generator():
+                output, hy, cy = torch.lstm(host_input, host_hx, host_params, *flags)
+            empty = torch.empty(0, dtype=input.dtype)
+            wrap = self._wrapper(memo)
+            return (
+                wrap(output),
+                wrap(hy),
+                wrap(cy),
+                wrap(state),
+                wrap(empty),
+                wrap(empty),
+            )
+
+    def _lstm_backward(
+        self,
+        grad_y: torch.Tensor | None,
+        grad_hy: torch.Tensor | None,
+        grad_cy: torch.Tensor | None,
+        z_state: torch.Tensor,
+        cell_state_fwd: torch.Tensor,
+        input: torch.Tensor,
+        layers_outputs: torch.Tensor,
+        hx: list[torch.Tensor],
+        params: list[torch.Tensor],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        with _below_python():
+            memo: dict[int, torch.UntypedStorage] = {}
+            host = tree_map(
+                lambda x: self._to_host(x, memo), (grad_y, grad_hy, grad_cy, input, hx, params)
+            )
+            grads_out, host_input, host_hx, host_params = host[:3], host[3], host[4], host[5]
+            leaves = [t.detach().requires_grad_() for t in (host_input, *host_hx, *host_params)]
+            flags = (has_biases, num_layers, dropout, train, bidirectional, batch_first)
+            state = self._to_host(z_state, memo).clone()
+            with _autograd_below_autograd(), self.module._global_cpu_generator_at(state):
+                outputs = torch.lstm(leaves[0], leaves[1:3], leaves[3:], *flags)
+            pairs = [(o, g) for o, g in zip(outputs, grads_out, strict=True) if g is not None]
+            grads = torch.autograd.grad(
+                [o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True
+            )
+            filled = [
+                torch.zeros_like(leaf) if grad is None else grad
+                for leaf, grad in zip(leaves, grads, strict=True)
+            ]
+            wrap = self._wrapper(memo)
+            device = [wrap(grad) for grad in filled]
+            return device[0], device[1:3], device[3:]
+
     def _resize(
         self, tensor: torch.Tensor, size: list[int], *, memory_format: Any = None
     ) -> torch.Tensor:
@@ -801,6 +905,37 @@ class _Backend:
                 _CPU_KEYS, tensor, size, memory_format=memory_format
             )
         return tensor
+
+
+@contextmanager
+def _autograd_below_autograd() -> Iterator[None]:
+    """Autograd for CPU work inside a kernel, which runs below autograd (the dispatcher
+    excludes the autograd keys for the thread while a backend kernel runs)."""
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for key in (torch._C.DispatchKey.AutogradCPU, torch._C.DispatchKey.ADInplaceOrView):
+        excluded = excluded.remove(key)
+    included = torch._C._dispatch_tls_local_include_set()
+    with torch._C._ForceDispatchKeyGuard(included, excluded), torch.enable_grad():
+        yield
+
+
+def _lstm_as_on_mps(
+    input: torch.Tensor,
+    hx: list[torch.Tensor],
+    params: list[torch.Tensor],
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``lstm`` on this device, as ATen runs it on an MPS tensor: ``_lstm_mps``, whose
+    autograd formula is ``lstm_mps_backward`` (``at::native::lstm``'s ``is_mps()`` branch)."""
+    output, hy, cy, *_ = torch.ops.aten._lstm_mps.default(
+        input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+    )
+    return output, hy, cy
 
 
 def _plain_zeros(
