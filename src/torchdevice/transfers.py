@@ -155,7 +155,7 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
     return mark_placed(result, target)
 
 
-def host_memory(tensor: object) -> object:
+def host_memory(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in real host memory where the code holds it as a host tensor.
 
     On an accelerator host a tensor the code moved to the host (``state.cpu()``) lives on
@@ -165,7 +165,7 @@ def host_memory(tensor: object) -> object:
     device included, is returned as is, for torch to accept or refuse as it would.
     """
     if (
-        isinstance(tensor, torch.Tensor)
+        isinstance(tensor, torch.Tensor)  # torch's own check is the C++ one, after this
         and not tensor.is_cpu
         and not tensor.is_meta
         and standing(tensor) == "host"

@@ -74,8 +74,9 @@ def install() -> None:
     """Put every facade the current host needs in place (idempotent; adapts to the host).
 
     ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without a real MPS backend
-    (the simulated MPS host included); they answer for :func:`~torchdevice.runtime.active`. Everything
-    goes through the ledger, and leaves through it on ``disable()``.
+    (the simulated MPS host included); they answer for
+    :func:`~torchdevice.runtime.active`. Everything goes through the ledger, and leaves
+    through it on ``disable()``.
     """
     rt = active()
     kind = rt.host.kind if rt is not None else "cpu"

@@ -104,7 +104,7 @@ class _GeneratorMeta(type(_ORIGINAL_GENERATOR)):  # type: ignore[misc]
         return issubclass(subclass, _ORIGINAL_GENERATOR)
 
 
-class _HostStateGenerator(_ORIGINAL_GENERATOR):  # type: ignore[misc]
+class _HostStateGenerator(_ORIGINAL_GENERATOR):
     """A generator whose ``set_state`` takes a state the code holds in host memory.
 
     Generator states are host (CPU) byte tensors on every device. On an accelerator host a
