@@ -69,6 +69,21 @@ def test_register_is_idempotent_and_permanent(simgpu):
     assert torch.accelerator.current_accelerator() == torch.device(NAME)
 
 
+def test_the_sparse_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
+    """Sparse COO kernels: exactly MPS's (``SparseMPS``) that the CPU has (``SparseCPU``)."""
+    from torchdevice.testing import registered_sparse_overloads, supported_sparse_ops
+    from torchdevice.testing.mps_ops import dispatch_keys
+
+    sparse = supported_sparse_ops()
+    assert registered_sparse_overloads() == sparse
+    assert {"aten::_to_sparse", "aten::_coalesce", "aten::_to_dense", "aten::add.out"} <= sparse
+    keys = dispatch_keys()
+    assert all("SparseMPS" in keys[name] for name in sparse)
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    assert all(has_kernel(name, "SparseCPU") for name in sparse)
+    assert all(has_kernel(name, "SparsePrivateUse1") for name in sparse)
+
+
 def test_the_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
     """Supported: a CPU kernel and an MPS one in native_functions.yaml; missing: CPU only."""
     from torchdevice.testing import missing_ops, registered_overloads, supported_ops

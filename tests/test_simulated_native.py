@@ -410,4 +410,92 @@ def test_only_graphs_on_the_device_leave_inductor(simgpu, compilers, monkeypatch
     assert reached == [["cpu"]], "a graph on the device reached inductor"
 
 
+# -- sparse COO tensors, inference mode, LSTM: what real programs hit (whisper, Lightning) ----
+
+
+def test_sparse_coo_tensors_as_mps_has_them(simgpu):
+    """whisper keeps a sparse buffer: ``zeros(bool)``, set, ``to_sparse()``, moved with the
+    module; the device's sparse tensors give the CPU's indices, values and products."""
+    dense = torch.zeros(4, 3, dtype=torch.bool)
+    dense[2:] = True
+    on_dev = torch.zeros(4, 3, dtype=torch.bool, device=NAME)
+    on_dev[2:] = True
+    sparse = on_dev.to_sparse()
+    assert (sparse.device.type, sparse.layout) == (NAME, torch.sparse_coo)
+    assert sparse.indices().device.type == NAME
+    assert torch.equal(sparse.indices().cpu(), dense.to_sparse().indices())
+    assert torch.equal(sparse.to_dense().cpu(), dense)
+    assert torch.equal(sparse.cpu().to_dense(), dense)
+    module = nn.Module()
+    module.register_buffer("heads", dense.to_sparse(), persistent=False)
+    module.to(NAME)
+    assert module.heads.device.type == NAME
+    assert torch.equal(module.heads.to_dense().cpu(), dense)
+    eye = torch.eye(3).to_sparse()
+    ones = torch.arange(9, dtype=torch.float32).reshape(3, 3)
+    assert torch.equal((eye.to(NAME) @ ones.to(NAME)).cpu(), eye @ ones)
+    doubled = (eye.to(NAME) + eye.to(NAME)).coalesce()
+    assert doubled.is_coalesced()
+    assert torch.equal(doubled.values().cpu(), (eye + eye).coalesce().values())
+    built = torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2), device=NAME)
+    assert torch.equal(built.to_dense().cpu(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+
+
+def test_a_sparse_op_mps_lacks_fails_as_on_mps(simgpu):
+    """No fallback for sparse tensors on MPS: the dispatcher's own error."""
+    sparse = torch.eye(3).to_sparse().to(NAME)
+    with pytest.raises(NotImplementedError, match="'aten::hspmm' with arguments from the 'Sparse"):
+        torch.hspmm(sparse, torch.ones(3, 2, device=NAME))
+
+
+def test_views_of_ordinary_tensors_under_inference_mode(simgpu):
+    """Lightning validates and sentence-transformers encodes under ``inference_mode()``:
+    a view of an ordinary tensor made there is an ordinary tensor, as on every device,
+    and fresh results are inference tensors."""
+    weight = torch.arange(9, dtype=torch.float32).reshape(3, 3)
+    device_weight = weight.to(NAME)
+    with torch.inference_mode():
+        x = torch.ones(2, 3)
+        out = nn.functional.linear(x.to(NAME), device_weight)
+        view = device_weight.t()
+        assert torch.equal(out.cpu(), nn.functional.linear(x, weight))
+        assert out.is_inference()
+        assert not view.is_inference()
+        assert view._base is device_weight
+    device_weight.add_(1)  # the view shares the version counter of its base
+    assert view._version == device_weight._version == 1
+
+
+def _lstm_run(device: str, dropout: float, seed_device: bool) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 5, num_layers=2, dropout=dropout).to(device)
+    x = torch.randn(6, 3, 4).to(device).requires_grad_()
+    if seed_device:
+        torch.manual_seed(7)  # every generator: the device's draws the dropout masks here
+    out, (h, c) = model(x)
+    (out.sum() + h.pow(2).sum() + c.sum()).backward()
+    grads = [x.grad] + [p.grad for p in model.parameters()]
+    return [t.detach().cpu() for t in (out, h, c, *grads)]
+
+
+def test_lstm_runs_on_the_device_as_mps_runs_it(simgpu):
+    """``lstm`` takes MPS's own kernel pair (``_lstm_mps``, ``lstm_mps_backward``), not the
+    fused cell an out-of-tree device would take (MPS has none: a fallback at every call):
+    outputs and gradients equal the CPU's, and with dropout the masks come from the device
+    generator, which a CPU run seeded alike draws the same numbers from."""
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 5, num_layers=2).to(NAME)
+    out, _ = model(torch.randn(6, 3, 4).to(NAME).requires_grad_())
+    assert type(out.grad_fn).__name__ == "LstmMpsBackward0"
+    for cpu, dev in zip(_lstm_run("cpu", 0.0, False), _lstm_run(NAME, 0.0, False), strict=True):
+        assert torch.equal(cpu, dev)
+    for cpu, dev in zip(_lstm_run("cpu", 0.5, True), _lstm_run(NAME, 0.5, True), strict=True):
+        assert torch.equal(cpu, dev)
+    with torch.inference_mode():
+        inference = model(torch.ones(2, 1, 4, device=NAME))[0]
+    with torch.no_grad():
+        plain = model(torch.ones(2, 1, 4, device=NAME))[0]
+    assert torch.equal(inference.cpu(), plain.cpu())
+
+
 mirror_in_parent(globals())

@@ -25,7 +25,9 @@ from torchdevice.testing.simulated import (
     register,
     registered_name,
     registered_overloads,
+    registered_sparse_overloads,
     supported_ops,
+    supported_sparse_ops,
 )
 
 __all__ = [
@@ -35,7 +37,9 @@ __all__ = [
     "register",
     "registered_name",
     "registered_overloads",
+    "registered_sparse_overloads",
     "supported_ops",
+    "supported_sparse_ops",
 ]
 
 

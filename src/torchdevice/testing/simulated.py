@@ -97,6 +97,7 @@ __all__ = [
     "register",
     "registered_name",
     "registered_overloads",
+    "registered_sparse_overloads",
     "supported_ops",
     "supported_sparse_ops",
 ]
@@ -201,6 +202,7 @@ class _State(NamedTuple):
     libraries: tuple[torch.library.Library, ...]  # registrations live as long as these do
     module: _DeviceModule
     overloads: frozenset[str]
+    sparse_overloads: frozenset[str]
 
 
 _state: _State | None = None
@@ -271,7 +273,7 @@ def _install(name: str, module: _DeviceModule) -> _State:
     generate_methods_for_privateuse1_backend(for_storage=True)
     torch._register_device_module(name, module)  # type: ignore[no-untyped-call]  # untyped in torch
     kernels = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]  # untyped in torch
-    overloads = _Backend(name, device, module).install(kernels)
+    overloads, sparse_overloads = _Backend(name, device, module).install(kernels)
     for key in ("AutogradPrivateUse1", "PrivateUse1"):  # with autograd, and without (inference)
         kernels.impl("lstm.input", _lstm_as_on_mps, key)  # type: ignore[no-untyped-call]  # untyped in torch
     # Autocast: the C++ half registers PyTorch's shared casting rules at AutocastPrivateUse1
@@ -286,7 +288,9 @@ def _install(name: str, module: _DeviceModule) -> _State:
     _print_like_mps(name)
     _unscale_like_mps(name)
     compiling.install(name)
-    return _State(name, device, (kernels, autocast, missing), module, overloads)
+    return _State(
+        name, device, (kernels, autocast, missing), module, overloads, sparse_overloads
+    )
 
 
 def registered_overloads() -> frozenset[str]:
@@ -294,6 +298,13 @@ def registered_overloads() -> frozenset[str]:
     if _state is None:
         raise RuntimeError("the simulated accelerator is not registered: call register() first")
     return _state.overloads
+
+
+def registered_sparse_overloads() -> frozenset[str]:
+    """Every ``aten::op.overload`` with a kernel for sparse COO tensors on the device."""
+    if _state is None:
+        raise RuntimeError("the simulated accelerator is not registered: call register() first")
+    return _state.sparse_overloads
 
 
 class _DeviceModule:
@@ -505,12 +516,13 @@ class _Backend:
 
     # -- installation -----------------------------------------------------------------
 
-    def install(self, library: torch.library.Library) -> frozenset[str]:
+    def install(self, library: torch.library.Library) -> tuple[frozenset[str], frozenset[str]]:
         """Register a kernel for every overload MPS has a kernel for (and the CPU can run).
 
         Plain ops get the C++ half's kernel (``alias_kernel``: the same work as
         :meth:`_kernel`, without a Python call per op); ops that draw random numbers, and the
-        special kernels, get Python ones.
+        special kernels, get Python ones. MPS's sparse COO kernels get the C++ kernel at
+        ``SparsePrivateUse1``. Returns the overloads with a kernel, dense and sparse.
         """
         installed: set[str] = set()
         plain: list[torch._ops.OpOverload] = []
@@ -539,8 +551,7 @@ class _Backend:
         installed.update(_operator_name(op) for op in plain)
         sparse = [_overload(operator) for operator in sorted(supported_sparse_ops())]
         self._install_plain(sparse, sparse=True)
-        installed.update(_operator_name(op) for op in sparse)
-        return frozenset(installed)
+        return frozenset(installed), frozenset(_operator_name(op) for op in sparse)
 
     def _install_plain(self, ops: list[torch._ops.OpOverload], *, sparse: bool = False) -> None:
         """Register the C++ half's kernel for ``ops``, with each op's device and dtype rules
