@@ -43,6 +43,7 @@ from torchdevice.policy import (
 from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
+    READ_CPU,
     device_object,
     mark,
     mark_placed,
@@ -431,6 +432,8 @@ def parse_to(
     (:func:`~torchdevice.transfers.device_object`).
     """
     request = kwargs.get("device", args[0] if args else None)
+    if request is READ_CPU:  # Module.to(t.device) of a tensor on the CPU: where t is
+        return (request, *func(*args, **kwargs)[1:])
     if type(request) is int:
         # torch reads an int as an index of the current accelerator (``simgpu:1`` or
         # ``mps:1`` on an MPS host, an index past its one device); the policy reads it as
@@ -663,6 +666,18 @@ def device_ctor(
     return func(*args, **kwargs)
 
 
+def tensor_device(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``Tensor.device`` on accelerator hosts: a tensor really on the CPU reads
+    :data:`~torchdevice.transfers.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
+    is, as natively, instead of on the accelerator an explicit ``"cpu"`` is sent to."""
+    device = func(*args)
+    if device.type == "cpu" and not _is_tracing():
+        return READ_CPU
+    return device
+
+
 def tensor_numpy(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
@@ -732,6 +747,7 @@ def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
         table[getattr(torch, name)] = constructor_overload
     if host.accelerator is not None:
         table[torch.Tensor.numpy] = tensor_numpy
+        table[torch.Tensor.device.__get__] = tensor_device
         for name in _GENERATOR_OPS:
             table[getattr(torch.Tensor, name)] = generator_bound
         for name in _GENERATOR_FUNCTIONS:

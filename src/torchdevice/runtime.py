@@ -30,6 +30,7 @@ from torchdevice.logs import redirects_logger as logger
 from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide, has_float64
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder
+from torchdevice.transfers import READ_CPU
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from types import FrameType
@@ -81,6 +82,12 @@ class Runtime:
         #: Where factories called without a device go; ``None`` leaves them alone.
         self.default_device: torch.device | None = (
             None if accelerator is None else self.torch_device(decide(None, host).device)
+        )
+        cpu = DeviceSpec("cpu", 0)
+        self._read_cpu: Resolved = (
+            Decision(cpu, cpu, "unchanged", "a device read off a CPU tensor: where it is"),
+            self.torch_device(cpu),
+            None,
         )
         #: Device type that has no float64 (MPS): the dtype rule narrows float64 there.
         self.float64_device: str | None = (
@@ -153,6 +160,8 @@ class Runtime:
         The one read of the decision cache, shared by the eager and the traced paths.
         Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
         """
+        if request is READ_CPU:  # where a CPU tensor is, not a request for the host
+            return self._read_cpu
         key = (type(request), request)
         try:
             resolved = self.decisions.get(key)

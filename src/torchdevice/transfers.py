@@ -38,6 +38,7 @@ from torchdevice.compiling import _compiler, is_tracing
 from torchdevice.policy import Standing
 
 __all__ = [
+    "READ_CPU",
     "device_object",
     "host_memory",
     "mark",
@@ -58,6 +59,15 @@ _is_tracing = is_tracing
 #: device: one per (type, index, standing), kept alive so that their ids stay theirs.
 _objects: dict[tuple[str, int | None, Standing], torch.device] = {}
 _standing_of_object: dict[int, tuple[torch.device, Standing]] = {}
+
+
+with torch._C.DisableTorchFunction():  # torch.device itself reaches function modes
+    #: The CPU as read off a tensor that really is on the CPU (``audio.device`` of a
+    #: ``torch.from_numpy`` tensor), handed out on accelerator hosts instead of an equal
+    #: ``torch.device("cpu")``: ``window.to(audio.device)`` asks for where that tensor is,
+    #: not for the host, which the policy would send to the accelerator (whisper's
+    #: ``log_mel_spectrogram``). The runtime places it on the CPU, unreported.
+    READ_CPU: Final = torch.device("cpu")
 
 
 def _real(device: torch.device) -> Standing:

@@ -288,9 +288,7 @@ def _install(name: str, module: _DeviceModule) -> _State:
     _print_like_mps(name)
     _unscale_like_mps(name)
     compiling.install(name)
-    return _State(
-        name, device, (kernels, autocast, missing), module, overloads, sparse_overloads
-    )
+    return _State(name, device, (kernels, autocast, missing), module, overloads, sparse_overloads)
 
 
 def registered_overloads() -> frozenset[str]:
