@@ -86,12 +86,12 @@ def _env() -> dict[str, str]:
     }
 
 
-def python(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def python(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, *(["-X", "dev"] if sys.flags.dev_mode else [])]
     return subprocess.run(
         [*command, *map(str, args)],
         cwd=ROOT,
-        env=_env(),
+        env={**_env(), **env},
         capture_output=True,
         text=True,
         timeout=300,
@@ -103,13 +103,16 @@ def test_every_example_is_tested():
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
 
 
+@pytest.mark.parametrize("host", ["probed", "simulated-mps"])
 @pytest.mark.parametrize(
     "script",
     [pytest.param(name, marks=marks) for name, (_, _, marks) in EXPECTED.items()],
 )
-def test_example_runs_redirected(script):
+def test_example_runs_redirected(script, host):
+    """On the host this machine is, and on the simulated MPS host (a Mac's path)."""
     arguments, promised, _ = EXPECTED[script]
-    result = python("-m", "torchdevice", EXAMPLES / script, *arguments)
+    env = {} if host == "probed" else {"TORCHDEVICE_HOST": host}
+    result = python("-m", "torchdevice", EXAMPLES / script, *arguments, **env)
     output = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
 
     assert result.returncode == 0, output

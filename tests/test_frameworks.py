@@ -7,12 +7,17 @@ with the facade saying CUDA is there, device objects must read as written
 imports nothing of torchdevice, and runs in a child process under
 ``python -m torchdevice``; it prints what it saw (accelerator, device, activation dtype
 inside ``forward``, autocast, scaler, losses) as JSON.
+
+Every test runs on both hosts (the ``host`` axis): the CPU host and the simulated MPS host,
+where the same programs must take the same paths as on a Mac. Where a Mac differs (a
+library that prefers MPS when ``torch.backends.mps`` says it is there), the test says so.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -33,15 +38,24 @@ needs_lightning = pytest.mark.skipif(
 needs_accelerate = pytest.mark.skipif(
     importlib.util.find_spec("accelerate") is None, reason="accelerate is not installed"
 )
-pytestmark = pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on a CPU-only host")
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
+)
+pytestmark = [
+    pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on a CPU-only host"),
+    pytest.mark.parametrize("host", ["cpu", "simulated-mps"]),
+]
+#: What a CUDA request lands on, by host.
+LANDS_ON = {"cpu": "cpu", "simulated-mps": "simgpu:0"}
 
 
-def run_redirected(script: str, *args: str, **env: str) -> dict[str, object]:
-    """Run a GPU script under ``python -m torchdevice`` in a child; its JSON facts."""
+def run_redirected(host: str, script: str, *args: str, **env: str) -> dict[str, object]:
+    """Run a GPU script under ``python -m torchdevice`` on ``host`` in a child; its JSON
+    facts."""
     result = subprocess.run(
         [sys.executable, "-m", "torchdevice", str(SCRIPTS / script), *args],
         cwd=ROOT,
-        env=clean_env(**env),
+        env=clean_env(TORCHDEVICE_HOST=host, HF_HUB_OFFLINE="1", **env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -54,9 +68,9 @@ def run_redirected(script: str, *args: str, **env: str) -> dict[str, object]:
 
 
 @needs_lightning
-def test_lightning_trainer_default_accelerator_takes_the_gpu_path():
+def test_lightning_trainer_default_accelerator_takes_the_gpu_path(host):
     """``Trainer()`` with ``accelerator="auto"`` picks CUDA, validates its device, trains."""
-    facts = run_redirected("lightning_gpu.py", "32-true")
+    facts = run_redirected(host, "lightning_gpu.py", "32-true")
     assert facts["accelerator"] == "CUDAAccelerator"
     assert facts["root_device"] == facts["module_device"] == "cuda:0"
     assert facts["steps"] == 8
@@ -66,8 +80,8 @@ def test_lightning_trainer_default_accelerator_takes_the_gpu_path():
 
 
 @needs_lightning
-def test_lightning_trainer_16_mixed_runs_autocast_and_a_grad_scaler():
-    facts = run_redirected("lightning_gpu.py", "16-mixed")
+def test_lightning_trainer_16_mixed_runs_autocast_and_a_grad_scaler(host):
+    facts = run_redirected(host, "lightning_gpu.py", "16-mixed")
     assert facts["accelerator"] == "CUDAAccelerator"
     assert facts["precision"] == "MixedPrecision"
     assert facts["scaler"] == "GradScaler"
@@ -77,10 +91,12 @@ def test_lightning_trainer_16_mixed_runs_autocast_and_a_grad_scaler():
 
 
 @needs_lightning
-def test_lightning_trainer_with_cuda_hidden_takes_the_cpu_path():
+def test_lightning_trainer_with_cuda_hidden_takes_the_cpu_path(host):
     """``TORCHDEVICE_CUDA_AVAILABLE=0``: Lightning's CPU path, through ``isolate_rng``
-    (the sanity check), which hands ``torch.cuda.set_rng_state_all`` an empty list."""
-    facts = run_redirected("lightning_gpu.py", "32-true", TORCHDEVICE_CUDA_AVAILABLE="0")
+    (the sanity check), which hands ``torch.cuda.set_rng_state_all`` an empty list. On the
+    simulated MPS host too: Lightning's MPS accelerator also asks for an Apple processor,
+    which this machine is not (on a Mac it would pick MPS)."""
+    facts = run_redirected(host, "lightning_gpu.py", "32-true", TORCHDEVICE_CUDA_AVAILABLE="0")
     assert facts["accelerator"] == "CPUAccelerator"
     assert facts["root_device"] == "cpu"
     assert facts["steps"] == 8
@@ -88,8 +104,10 @@ def test_lightning_trainer_with_cuda_hidden_takes_the_cpu_path():
 
 
 @needs_lightning
-def test_fabric_gpu_16_mixed_runs_autocast_and_a_grad_scaler():
-    facts = run_redirected("fabric_gpu.py")
+def test_fabric_gpu_16_mixed_runs_autocast_and_a_grad_scaler(host):
+    """On the simulated host too: Fabric feeds float16 inputs to float32 weights and relies
+    on autocast to cast them, which the device's autocast rules do, as on a Mac."""
+    facts = run_redirected(host, "fabric_gpu.py")
     assert facts["accelerator"] == "CUDAAccelerator"
     assert facts["device"] == "cuda:0"
     assert facts["precision"] == "MixedPrecision"
@@ -98,49 +116,33 @@ def test_fabric_gpu_16_mixed_runs_autocast_and_a_grad_scaler():
     assert facts["losses_finite"] is True
 
 
+#: The device type Accelerate picks, by host: CUDA on the CPU host (the program is CUDA
+#: code); MPS on the simulated MPS host, where ``torch.backends.mps.is_available()`` is
+#: true for every program, as on a Mac, and Accelerate prefers MPS when it is there.
+ACCELERATE_PICKS = {"cpu": "cuda", "simulated-mps": "mps"}
+
+
 @needs_accelerate
-def test_accelerate_fp16_runs_autocast_and_a_grad_scaler():
-    """Not silently fp32: Accelerate's CUDA branch, with autocast and loss scaling."""
-    facts = run_redirected("accelerate_fp16.py")
-    assert facts["device"] == "cuda"
+def test_accelerate_fp16_runs_autocast_and_a_grad_scaler(host):
+    """Not silently fp32: autocast and loss scaling on the device. On the simulated host
+    GradScaler.unscale_ takes 1/scale in float32 (MPS has no float64), as on a Mac."""
+    facts = run_redirected(host, "accelerate_fp16.py")
+    assert facts["device"] == ACCELERATE_PICKS[host]
     assert facts["native_amp"] is True
     assert facts["scaler"] == "GradScaler"
     assert isinstance(facts["scale"], float)
-    assert facts["scale"] > 0
-    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
-    assert facts["losses_finite"] is True
-
-
-@needs_accelerate
-def test_accelerate_fp16_trains_with_a_grad_scaler_on_the_simulated_mps_host():
-    """As on a Mac: autocast casts on the device, and GradScaler.unscale_ takes 1/scale in
-    float32 there (MPS has no float64), so fp16 with loss scaling trains."""
-    facts = run_redirected("accelerate_fp16.py", TORCHDEVICE_HOST="simulated-mps")
-    assert facts["device"] == "cuda"
-    assert (facts["native_amp"], facts["scaler"]) == (True, "GradScaler")
-    assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
     assert 0 < facts["scale"] <= 65536.0  # a float16 overflow halves it and skips that step
-    assert facts["losses_finite"] is True
-    assert "mps host" in str(facts["report"])
-
-
-@needs_lightning
-def test_fabric_gpu_16_mixed_on_the_simulated_mps_host():
-    """Fabric feeds float16 inputs to float32 weights and relies on autocast to cast them:
-    the device's autocast rules make that work, as on a Mac."""
-    facts = run_redirected("fabric_gpu.py", TORCHDEVICE_HOST="simulated-mps")
-    assert (facts["accelerator"], facts["device"]) == ("CUDAAccelerator", "cuda:0")
-    assert facts["scaler"] == "GradScaler"
     assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
     assert facts["losses_finite"] is True
+    assert f"{host.removeprefix('simulated-')} host" in str(facts["report"])
 
 
 @needs_accelerate
-def test_accelerate_gpu_only_checks_of_its_own_suite_pass():
+def test_accelerate_gpu_only_checks_of_its_own_suite_pass(host):
     """The GPU-only tests of Accelerate's suite that read the device it chose (they lost
     before device objects read as written; docs/huggingface.md has the whole-suite run)."""
-    facts = run_redirected("accelerate_gpu_checks.py")
-    assert facts["state_device_type"] == "cuda"
+    facts = run_redirected(host, "accelerate_gpu_checks.py")
+    assert facts["state_device_type"] == ACCELERATE_PICKS[host]
     assert facts["cpu_after_gpu"] == "ValueError"  # Accelerator(cpu=True) after a GPU one
     assert facts["env_var_device"] == "cuda:64"
     assert facts["scaler"] == {
@@ -152,3 +154,16 @@ def test_accelerate_gpu_only_checks_of_its_own_suite_pass():
     assert facts["autocast_dtypes"] == ["float16", "float32", "float16"]
     assert facts["step_was_skipped"] == [False, True, True, False]
     assert facts["weights_unchanged"] == [False, True, True, False]  # a skipped step is one
+
+
+@needs_transformers
+def test_hf_trainer_trains_a_cuda_script(host, tmp_path):
+    """A Trainer script written for CUDA: it trains on the device "cuda" lands on, with the
+    pinned DataLoader a GPU run has. TrainingArguments prefers MPS when it is there: on the
+    CPU host the program is CUDA code, on the simulated MPS host (a Mac) MPS is there."""
+    facts = run_redirected(host, "trainer_cuda.py", str(tmp_path / "trainer"))
+    assert facts["args_device"] == {"cpu": "cuda:0", "simulated-mps": "mps"}[host]
+    assert facts["model_device"] == LANDS_ON[host]
+    assert facts["pin_memory"] is True
+    assert math.isfinite(facts["train_loss"])
+    assert facts["peak_memory"] is True

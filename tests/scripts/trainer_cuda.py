@@ -1,5 +1,6 @@
 """A Hugging Face Trainer script written for CUDA, as users write one (tiny, offline)."""
 
+import json
 import sys
 
 import torch
@@ -28,5 +29,17 @@ args = TrainingArguments(
     save_strategy="no",
     disable_tqdm=True,
 )
-Trainer(model=model, args=args, train_dataset=Data()).train()
+trainer = Trainer(model=model, args=args, train_dataset=Data())
+result = trainer.train()
 print("peak memory", torch.cuda.max_memory_allocated())
+print(
+    json.dumps(
+        {
+            "train_loss": result.training_loss,
+            "args_device": str(args.device),
+            "model_device": str(trainer.model.device),
+            "pin_memory": trainer.get_train_dataloader().pin_memory,
+            "peak_memory": torch.cuda.max_memory_allocated() > 0,
+        }
+    )
+)
