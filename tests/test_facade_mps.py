@@ -309,10 +309,13 @@ def test_mps_code_asking_first_does_not_make_a_cuda_program_mps_code():
     assert torch.accelerator.current_accelerator() == torch.device("cuda")
 
 
-def test_the_module_that_enables_says_what_the_program_is():
+def test_the_module_that_enables_says_what_the_program_is(monkeypatch):
     """``enable()``/``redirect()`` called from MPS code (here a module given to ``exec``:
     no file, its code is read) make an MPS story; Accelerate then picks "mps"."""
     from accelerate.state import PartialState
+
+    # Accelerate sets it when it picks MPS: it must not reach later tests' children.
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "0")
 
     enabling = MPS_FIRST.replace("import torch", "import torch, torchdevice\ntorchdevice.enable()")
     assert run_program(enabling)["device"] == "mps"

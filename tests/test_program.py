@@ -139,10 +139,12 @@ ASK_FIRST = "import torch\n" + ASK + "import transformers.integrations.sdpa_atte
 
 
 def run(argv: list[str], tmp_path: Path, **env: str) -> str:
+    child_env = clean_env(**env)
+    child_env.pop("PYTORCH_ENABLE_MPS_FALLBACK", None)  # the child's own libraries set it
     result = subprocess.run(
         [sys.executable, *argv],
         cwd=tmp_path,
-        env=clean_env(**env),
+        env=child_env,
         capture_output=True,
         text=True,
         timeout=300,
