@@ -256,6 +256,7 @@ def test_enable_exports_what_children_need_and_disable_restores_it(monkeypatch, 
         "TORCHDEVICE_CUDA_AVAILABLE": "0",
         "TORCHDEVICE_REPORT": str(report),
         "TORCHDEVICE_HOST": "cpu",
+        "TORCHDEVICE_WRITTEN_FOR": "cuda",  # read from this module (torchdevice.program)
     }
     # a bad reconfiguration changes nothing: the activation and its exports stay
     with pytest.raises(SettingsError, match="invalid log_level='LOUD'"):
@@ -263,13 +264,18 @@ def test_enable_exports_what_children_need_and_disable_restores_it(monkeypatch, 
     assert _exported()["TORCHDEVICE_KEEP_CPU"] == "1"
     # reconfiguring drops what the previous call exported: it is not the user's environment
     torchdevice.enable()
-    assert _exported() == {"ACTIVATE_TORCH_DEVICE": "1"}
+    story = {"TORCHDEVICE_WRITTEN_FOR": "cuda"}  # what the program is travels always
+    assert _exported() == {"ACTIVATE_TORCH_DEVICE": "1", **story}
     rt = torchdevice.activation.current_runtime()
     assert rt is not None
     assert not rt.settings.keep_cpu
     with torchdevice.redirect(keep_cpu=True):
-        assert _exported() == {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_KEEP_CPU": "1"}
-    assert _exported() == {"ACTIVATE_TORCH_DEVICE": "1"}
+        assert _exported() == {
+            "ACTIVATE_TORCH_DEVICE": "1",
+            "TORCHDEVICE_KEEP_CPU": "1",
+            **story,
+        }
+    assert _exported() == {"ACTIVATE_TORCH_DEVICE": "1", **story}
     torchdevice.disable()
     assert _exported() == {"ACTIVATE_TORCH_DEVICE": "0"}
 

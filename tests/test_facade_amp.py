@@ -166,3 +166,91 @@ def test_amp_is_restored_exactly():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert torch.autocast("cuda").device == "cuda"
+
+
+# -- the dtype a CUDA autocast takes: as torch's CUDA branch takes it (issue 29) ---------------
+def native_cuda_autocast(dtype: torch.dtype, monkeypatch) -> tuple[bool, torch.dtype, list[str]]:
+    """What torch's own ``autocast("cuda", dtype=...)`` decides on a machine with CUDA
+    (``torch/amp/autocast_mode.py``, its CUDA branch, run here with CUDA said available):
+    whether it is enabled, its dtype, and the warnings it gives."""
+    monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        context = torch.autocast("cuda", dtype=dtype)
+    monkeypatch.undo()
+    return context._enabled, context.fast_dtype, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_a_cuda_autocast_takes_every_dtype_a_gpu_takes_without_a_warning(dtype, monkeypatch):
+    """``torch.autocast("cuda", dtype=torch.float32)`` (llm.c's default) is silent on a GPU;
+    redirected, the CPU's autocast would warn "CPU Autocast only supports dtypes of
+    torch.bfloat16, torch.float16" and switch off."""
+    native = native_cuda_autocast(dtype, monkeypatch)
+    assert native == (True, dtype, [])
+    torchdevice.enable()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        context = torch.autocast("cuda", dtype=dtype)
+    assert (context._enabled, context.fast_dtype, [str(w.message) for w in caught]) == native
+    assert context.device == "cpu"
+    half = torch.randn(4, 4, device="cuda", dtype=torch.float16)
+    with context:  # lower-precision ops run in the dtype given, whatever their inputs
+        assert (half @ half).dtype == dtype
+    assert (half @ half).dtype == torch.float16
+
+
+def test_an_mps_autocast_warns_where_mps_does_in_mps_words():
+    torchdevice.enable()
+    with pytest.warns(UserWarning, match="^In MPS autocast") as caught:
+        context = torch.autocast("mps", dtype=torch.float32)
+    assert [str(w.message) for w in caught] == [
+        "In MPS autocast, but the target dtype is not supported. Disabling autocast.\n"
+        "MPS Autocast only supports dtypes of torch.bfloat16, torch.float16 currently."
+    ]
+    assert caught[0].filename == __file__  # at the line that made it, as torch says it
+    assert context._enabled is False
+    with context:
+        assert matmul_dtype() == torch.float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("mps", dtype=torch.bfloat16):
+            assert matmul_dtype() == torch.bfloat16
+
+
+SIMULATED_AUTOCAST = """
+import json, warnings
+import torch
+half = torch.randn(4, 4, device="cuda", dtype=torch.float16)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    context = torch.autocast("cuda", dtype=torch.float32)
+with context:
+    inside = (half @ half).dtype
+print(json.dumps({"device": context.device, "enabled": context._enabled,
+                  "dtype": str(inside), "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_cuda_autocast_in_float32_is_silent_on_the_simulated_mps_host(tmp_path):
+    """The same on the MPS stand-in, whose autocast (MPS's) would warn for float32."""
+    import json
+    import subprocess
+
+    from childenv import clean_env
+
+    script = tmp_path / "llmc_autocast.py"
+    script.write_text(SIMULATED_AUTOCAST)
+    result = subprocess.run(
+        [sys.executable, "-m", "torchdevice", "--host", "simulated-mps", str(script)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts == {"device": "simgpu", "enabled": True, "dtype": "torch.float32", "warnings": []}

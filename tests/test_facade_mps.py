@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 
 
 def test_mps_first_code_runs_on_the_cpu_host():
-    torchdevice.enable()
+    torchdevice.enable(written_for="mps")  # this module names CUDA: it says what it is
     assert torch.backends.mps.is_available() is True
     assert torch.backends.mps.is_built() is True
     assert torch.mps.is_available() is True
@@ -198,7 +198,7 @@ def test_cuda_host_mps_facade_answers_from_torch_cuda(monkeypatch):
         multi_processor_count = 132
 
     monkeypatch.setattr(cuda, "get_device_properties", lambda device=None: Props)
-    torchdevice.enable(host=Host.cuda(1, ("NVIDIA H100",)))
+    torchdevice.enable(host=Host.cuda(1, ("NVIDIA H100",)), written_for="mps")
     assert torch.cuda is cuda
     assert run_program(MPS_FIRST)["device"] == "mps"
     torch.mps.synchronize()
@@ -286,41 +286,46 @@ def run_program(source: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("host", [None, Host.cuda(1)], ids=["cpu-host", "cuda-host"])
 def test_cuda_code_hears_no_mps_and_mps_code_finds_it(host):
-    """A CUDA machine says "no MPS"; MPS code, which names no CUDA, finds it.
-
-    Decided once per activation (one story, whoever asks next): after CUDA code asked,
-    MPS-only code hears "no" too, and the reverse.
-    """
+    """A CUDA machine says "no MPS"; an Apple one says yes. The story is the program's
+    (this module names CUDA; ``written_for`` says otherwise), the same for every asker."""
     torchdevice.enable(host=host)
     # On the injected CUDA host the CPU build's real torch.cuda says no: the CPU branch.
     assert run_program(CUDA_FIRST_PREFERRING_MPS)["device"] == ("cuda" if host is None else "cpu")
     assert torch.backends.mps.is_available() is False
     assert torch.backends.mps.is_built() is False
     assert torch.mps.is_available() is False
-    assert run_program(MPS_FIRST)["device"] == "cpu"  # the story is kept
+    assert run_program(MPS_FIRST)["device"] == "cpu"  # MPS-only code asking hears the same
     torchdevice.disable()
-    torchdevice.enable(host=host)
+    torchdevice.enable(host=host, written_for="mps")
     assert run_program(MPS_FIRST)["device"] == "mps"
     assert run_program(CUDA_FIRST_PREFERRING_MPS)["device"] == "mps"
 
 
-def test_a_library_helper_is_read_with_the_function_that_weighs_it():
-    """Accelerate asks through ``is_mps_available()``, a helper that names no CUDA, from
-    ``default_device``, which does: the program is CUDA code."""
-    helper = run_program(
-        "import torch\n"
-        "def is_mps_available():\n"
-        "    return torch.backends.mps.is_available() and torch.backends.mps.is_built()\n"
-    )["is_mps_available"]
-    program = run_program(
-        "import torch\n"
-        "def default_device(is_mps_available):\n"
-        "    if is_mps_available():\n"
-        "        return torch.device('mps')\n"
-        "    if torch.cuda.is_available():\n"
-        "        return torch.device('cuda')\n"
-        "    return torch.device('cpu')\n"
-    )
+def test_mps_code_asking_first_does_not_make_a_cuda_program_mps_code():
+    """The first asker used to decide (transformers asks at import, from code that names
+    no accelerator): now the program that enabled decides, whoever asks first."""
     torchdevice.enable()
-    assert program["default_device"](helper).type != "mps"
-    assert torch.cuda.is_available()
+    assert run_program(MPS_FIRST)["device"] == "cpu"
+    assert torch.accelerator.current_accelerator() == torch.device("cuda")
+
+
+def test_the_module_that_enables_says_what_the_program_is(monkeypatch):
+    """``enable()``/``redirect()`` called from MPS code (here a module given to ``exec``:
+    no file, its code is read) make an MPS story; Accelerate then picks "mps"."""
+    from accelerate.state import PartialState
+
+    # Accelerate sets it when it picks MPS: it must not reach later tests' children.
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "0")
+
+    enabling = MPS_FIRST.replace("import torch", "import torch, torchdevice\ntorchdevice.enable()")
+    assert run_program(enabling)["device"] == "mps"
+    assert PartialState.default_device.fget(None) == torch.device("mps")
+    assert torch.accelerator.current_accelerator() == torch.device("mps")
+    torchdevice.disable()
+    in_block = (
+        "import torch, torchdevice\n"
+        "with torchdevice.redirect():\n"
+        "    device = 'mps' if torch.backends.mps.is_available() else 'cpu'\n"
+    )
+    assert run_program(in_block)["device"] == "mps"
+    assert run_program(in_block.replace("'cpu'", "'cuda'"))["device"] == "cuda"

@@ -201,6 +201,39 @@ def test_device_objects_read_as_written_and_keep_the_devices_semantics(cpu_host)
     assert independent(x.to(torch.device("cpu")), x)
 
 
+def test_tensors_report_their_real_device_so_torch_and_libraries_take_cpu_paths(cpu_host):
+    """What reporting the device a tensor stands for would break (docs/policy.md, the
+    evaluated rule): torch's code picks CUDA-only paths from a tensor's device."""
+    import warnings
+
+    x = torch.randn(3, 1, 4, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "PyTorch was compiled without cuDNN" would raise
+        lstm = nn.LSTM(4, 4).cuda()  # moving it flattens its weights for cuDNN
+        out, _ = lstm(x)
+    assert out.device == CPU
+    linear = nn.Linear(4, 2).cuda()
+    # a forward's output (an op result) and the parameters report the same device
+    assert linear(x).device == next(linear.parameters()).device == CPU
+
+
+def test_an_mps_programs_generate_takes_the_path_of_its_real_device():
+    """Transformers defers its stop check on an "mps" input with ``torch.Event``, which a
+    CPU build cannot make: the inputs report where they are, and ``generate`` works."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torchdevice.enable(host=Host.cpu(), written_for="mps")
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=32)
+    model = GPT2LMHeadModel(config).to("mps").eval()
+    ids = torch.randint(1, 50, (2, 4), device="mps")
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False, pad_token_id=0
+    )
+    assert out.shape == (2, 7)
+    assert torch.equal(out[:, :4], ids)
+    assert out.device == model.device == ids.device
+
+
 def test_module_cpu_after_cuda_copies_back(cpu_host):
     model = nn.Linear(3, 2).cuda()
     device_weight = model.weight.detach()

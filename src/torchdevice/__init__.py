@@ -111,6 +111,8 @@ except SettingsError as _error:
     _activation_error, _requested = _error, False
 
 if _requested:
-    from torchdevice.activation import enable as _enable
+    from torchdevice.activation import enable_for as _enable_for
+    from torchdevice.program import of_main as _of_main
 
-    _enable()
+    # The program is __main__: the code that imports torch here may be any library's.
+    _enable_for(_of_main, {})

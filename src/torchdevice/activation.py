@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import ledger, mode, patches
+from torchdevice import ledger, mode, patches, program
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
 from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
@@ -43,6 +44,7 @@ __all__ = [
     "describe",
     "disable",
     "enable",
+    "enable_for",
     "is_enabled",
     "redirect",
     "report",
@@ -103,7 +105,10 @@ def _export_environment(runtime: Runtime, options: dict[str, Any]) -> None:
     """
     ledger.undo(ENV_GROUP)
     ledger.set_env(ENV_GROUP, patches.ACTIVATE_VAR, "1")
-    for name, value in options.items():
+    # What the program is written for, however it was found: a child (a DataLoader worker,
+    # a rank) runs the same program and must tell the same story (torchdevice.program).
+    exported = {**options, "written_for": runtime.settings.written_for}
+    for name, value in exported.items():
         variable = _FIELD_VARS.get(name)
         text = None if variable is None or value is None else _env_value(name, value, runtime.host)
         if variable is not None and text is not None:
@@ -198,6 +203,10 @@ def enable(**options: Unpack[Options]) -> None:
     - ``cuda_available`` (``TORCHDEVICE_CUDA_AVAILABLE``): what the facades' availability
       queries answer while redirecting (default true).
 
+    - ``written_for`` (``TORCHDEVICE_WRITTEN_FOR``): ``"cuda"`` or ``"mps"``, the accelerator
+      the program is written for; unset, it is read from the module that calls
+      ``enable()`` (:mod:`torchdevice.program`).
+
     A bad value raises :class:`~torchdevice.errors.SettingsError` naming where it came from.
 
     Child processes are redirected too: ``ACTIVATE_TORCH_DEVICE=1`` and each option given
@@ -207,6 +216,18 @@ def enable(**options: Unpack[Options]) -> None:
 
     With ``report_path`` (or ``TORCHDEVICE_REPORT``), the migration report of the whole run
     is written there when the process exits (:mod:`torchdevice.reporting.file`).
+    """
+    caller = sys._getframe(1)
+    enable_for(lambda: program.of_caller(caller), dict(options))
+
+
+def enable_for(read_program: Callable[[], program.Reading], options: dict[str, Any]) -> None:
+    """:func:`enable` for a program ``read_program`` reads, when no ``written_for`` option
+    says what it is written for: the launcher's script, ``__main__`` for an activation
+    from the environment or the pytest plugin (whose callers are no program).
+
+    ``read_program`` is called only when the option is unset, and before the runtime is
+    chosen: an activation is one story (:mod:`torchdevice.program`).
     """
     with _lock:
         if runtime_module.active() is not None and options == _options:
@@ -218,6 +239,7 @@ def enable(**options: Unpack[Options]) -> None:
         try:
             settings = load_settings(options)
             host = _resolve_host(settings.host)  # probe before the facade hides torch.cuda
+            settings, reading = _read_program(settings, read_program)
         except BaseException:
             active = runtime_module.active()
             if active is not None:  # the running activation stays, and so do its exports
@@ -230,6 +252,17 @@ def enable(**options: Unpack[Options]) -> None:
         report_file.request(settings.report_path, report)  # written at exit (report_file)
         if fresh:  # once per process and configuration, whichever way it was switched on
             logger.info("%s", describe(runtime))
+            logger.debug("the program is %s code: %s", reading.written_for, reading.source)
+
+
+def _read_program(
+    settings: Settings, read_program: Callable[[], program.Reading]
+) -> tuple[Settings, program.Reading]:
+    """``settings`` with ``written_for`` filled in: the option's, else the program's."""
+    if settings.written_for is not None:
+        return settings, program.Reading(settings.written_for, "the written_for option")
+    reading = read_program()
+    return dataclasses.replace(settings, written_for=reading.written_for), reading
 
 
 def describe(runtime: Runtime) -> str:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, get_args, get_type_hi
 from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS, TRUE_WORDS, activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.host import HOST_CHOICES, Host, HostChoice, forced_host, one_of
+from torchdevice.program import WrittenFor
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -71,6 +72,7 @@ class Options(TypedDict, total=False):
     report_path: str | os.PathLike[str] | None
     fallback: bool
     cuda_available: bool
+    written_for: WrittenFor | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,21 @@ class Settings:
     Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA answers true; set it
     false to make them take their CPU/MPS paths instead.
     """
+    written_for: WrittenFor | None = field(
+        default=None,
+        metadata=setting(
+            env="TORCHDEVICE_WRITTEN_FOR",
+            flag="--written-for",
+            flag_help="the accelerator the program is written for, cuda or mps (default: read "
+            "from the script: one that names CUDA is CUDA code, one that names only MPS is MPS "
+            "code)",
+        ),
+    )
+    """The accelerator the program is written for, 'cuda' or 'mps': the story the facades tell
+    off the machine it stands for (a CUDA machine has no MPS; MPS code finds MPS). Unset, it is
+    read once per activation from the program itself: the script the launcher runs, the module
+    that calls enable(), else __main__ (torchdevice.program), never from a library that asks.
+    """
 
 
 #: The option names, in declaration order.
@@ -183,6 +200,7 @@ def _model() -> type[BaseModel]:
         "_machine_has_it": field_validator("host")(_machine_has_it),
         "_one_boolean_rule": field_validator(*booleans, mode="before")(_one_boolean_rule),
         "_upper": field_validator("log_level", mode="before")(_upper),
+        "_lower": field_validator("written_for", mode="before")(_lower),
     }
     fields: dict[str, Any] = {
         spec.name: (hints[spec.name], Field(spec.default)) for spec in dataclasses.fields(Settings)
@@ -222,6 +240,10 @@ def _one_boolean_rule(cls: type, value: object) -> object:
 
 def _upper(cls: type, value: object) -> object:
     return value.upper() if isinstance(value, str) else value
+
+
+def _lower(cls: type, value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def _first_error(exc: ValueError) -> tuple[str, str]:

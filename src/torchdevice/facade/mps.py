@@ -7,10 +7,12 @@ the device "mps" requests really land on: the CUDA GPU (through the real ``torch
 the CPU, or the simulated MPS device, where MPS is there for every program, as on a Mac.
 
 Whether MPS is available depends on the program, as it does on the machines code is
-written for (:func:`is_available`): code that also considers CUDA hears what a CUDA
-machine says (no MPS), so CUDA-first code that prefers MPS when present (Accelerate's
+written for (:func:`is_available`): a program that names CUDA hears what a CUDA machine
+says (no MPS), so CUDA-first code that prefers MPS when present (Accelerate's
 ``default_device``, ``"mps" if mps.is_available() else "cuda"``) keeps its CUDA path;
-code written for MPS alone hears yes, and takes its MPS path. The Metal profiler is a
+a program written for MPS alone hears yes, and takes its MPS path. Which program it is,
+is read from the program itself (:mod:`torchdevice.program`), never from the library
+that asks. The Metal profiler is a
 no-op (no Metal device can be traced); Metal shaders and GPU captures raise
 :class:`~torchdevice.errors.UnsupportedFeatureError`.
 """
@@ -18,7 +20,6 @@ no-op (no Metal device can be traced); Metal shaders and GPU captures raise
 from __future__ import annotations
 
 import sys
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,74 +46,26 @@ REAL_MPS = real_device.REAL_MPS
 REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
 
 
-#: How many frames of the asking code (past torchdevice's own) :func:`_written_for` reads.
-_ASKING_FRAMES = 3
-
-#: What the program was found to be written for, ``"cuda"`` or ``"mps"``: decided at the
-#: first question, forgotten when the facade is put in place again (a new activation).
-_story: str | None = None
-
-
-def _mentions_cuda(code: types.CodeType) -> bool:
-    """Whether a function (or module body) names CUDA: ``torch.cuda``, ``"cuda:0"``,
-    ``is_cuda_available``, ``CUDAAccelerator``..."""
-    return any("cuda" in name.lower() for name in code.co_names) or any(
-        isinstance(const, str) and (const == "cuda" or const.startswith("cuda:"))
-        for const in code.co_consts
-    )
-
-
-def _written_for(depth: int) -> str:
-    """``"cuda"`` or ``"mps"``: the accelerator the asking program is written for.
-
-    Decided once per activation (while the facade is in place), at the first question
-    about MPS, from the asking code:
-    the caller ``depth`` frames up and the next few, up to a module's body (a library's
-    ``is_mps_available()`` helper is asked from the function that weighs it against
-    CUDA; above a script's body is only what runs it). Any of them naming
-    CUDA makes the program CUDA code, which on its own machine would hear "no MPS"; else
-    it is MPS code. Kept for the activation so that every later question gets the same
-    answer: one story, whichever library asks.
-    """
-    global _story  # one decision per activation, read on every question
-    if _story is not None:
-        return _story
-    frame: types.FrameType | None = sys._getframe(depth)
-    read = 0
-    found = "mps"
-    while frame is not None and read < _ASKING_FRAMES:
-        module = frame.f_globals.get("__name__", "")
-        if not (isinstance(module, str) and module.startswith("torchdevice.")):
-            if _mentions_cuda(frame.f_code):
-                found = "cuda"
-                break
-            if frame.f_code.co_name == "<module>":  # a program's top: above it, its runner
-                break
-            read += 1
-        frame = frame.f_back
-    _story = found
-    return found
-
-
 def written_for() -> str:
-    """``"mps"`` once the program was found to be MPS code (:func:`_written_for`), else
-    ``"cuda"``: the accelerator a CPU-only host stands for. Asks nothing itself."""
-    return "mps" if _story == "mps" else "cuda"
+    """``"cuda"`` or ``"mps"``: what the program is written for (the ``written_for`` setting,
+    read from the program itself when unset: :mod:`torchdevice.program`), the accelerator
+    a CPU-only host stands for. The same answer to every asker, whichever asks first."""
+    return "mps" if real_device.runtime().settings.written_for == "mps" else "cuda"
 
 
 def is_available() -> bool:
     """Whether "mps" is there, as the machine the program is written for would say.
 
     False with the facades hidden (``cuda_available``), and for CUDA code (a CUDA machine
-    has no MPS: :func:`_written_for`); true for MPS code, whose "mps" requests land on a
-    real device. Torch's inductor gets the real answer (see
-    :func:`devices.asked_by_compiler`).
+    has no MPS: :func:`written_for`); true for MPS code, whose "mps" requests land on a
+    real device, and for every program on the simulated MPS host, as on a Mac. Torch's
+    inductor gets the real answer (see :func:`devices.asked_by_compiler`).
     """
     if devices.asked_by_compiler():
         return bool(REAL_MPS.is_available())
     if _stands_for_a_mac():
         return True
-    return devices.advertised() and _written_for(2) == "mps"
+    return devices.advertised() and written_for() == "mps"
 
 
 def is_built() -> bool:
@@ -120,7 +73,7 @@ def is_built() -> bool:
     build of torch says False)."""
     if _stands_for_a_mac():
         return True
-    return devices.advertised() and _written_for(2) == "mps"
+    return devices.advertised() and written_for() == "mps"
 
 
 def _stands_for_a_mac() -> bool:
@@ -316,10 +269,8 @@ def install() -> tuple[FacadeModule, ...]:
     Returns the facade modules it put in place (none if they already were). They leave
     through the ledger: ``disable()``, or ``ledger.undo(GROUP)`` on an MPS host.
     """
-    global _story  # a new activation asks its program afresh
     if ledger.has(GROUP):
         return ()
-    _story = None
     mps, event, profiler, backends = placed = _build()
     modules.place(GROUP, "torch.mps", mps, torch, "mps")
     modules.place(GROUP, "torch.mps.event", event)

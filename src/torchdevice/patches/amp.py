@@ -9,6 +9,14 @@ the policy: ``"cuda"`` becomes ``"mps"`` or ``"cpu"``, ``"mps"`` becomes ``"cuda
 (bfloat16 on the CPU). ``"cpu"`` is never rewritten: torch itself builds CPU autocast
 contexts (``torch.utils.checkpoint``) that must keep meaning the CPU.
 
+A ``dtype`` the code gives is judged as the device it stands for judges it, not as the
+real device does (``torch/amp/autocast_mode.py``): a CUDA autocast takes any dtype
+silently (``torch.autocast("cuda", dtype=torch.float32)``, llm.c's default, runs its
+lower-precision ops in float32), where the CPU's and MPS's warn "Autocast only supports
+dtypes of torch.bfloat16, torch.float16" and switch off. So a redirected CUDA autocast runs
+on the real device in the dtype given, without a warning, and a redirected MPS autocast
+warns (in MPS's words) and switches off where MPS does.
+
 The patch is on ``__init__`` of the real classes, so ``isinstance`` and torch.compile's
 recognition of autocast are untouched; it is removed exactly on disable (by the ledger).
 """
@@ -16,6 +24,7 @@ recognition of autocast are untouched; it is removed exactly on disable (by the 
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import torch
@@ -46,6 +55,16 @@ def real_device_type(device_type: Any, api: str) -> Any:
     return device.type
 
 
+#: The dtypes MPS's autocast takes (``autocast_mode.py``: every device but CUDA and a
+#: registered backend); CUDA's takes any.
+_MPS_AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _accepted_by(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether an autocast for ``device_type`` (``"cuda"`` or ``"mps"``) runs in ``dtype``."""
+    return device_type == "cuda" or dtype in _MPS_AUTOCAST_DTYPES
+
+
 @functools.wraps(_ORIGINAL_AUTOCAST_INIT)
 def _autocast_init(
     self: Any,
@@ -54,9 +73,24 @@ def _autocast_init(
     enabled: bool = True,
     cache_enabled: bool | None = None,
 ) -> None:
-    _ORIGINAL_AUTOCAST_INIT(
-        self, real_device_type(device_type, "torch.autocast"), dtype, enabled, cache_enabled
-    )
+    real = real_device_type(device_type, "torch.autocast")
+    if dtype is None or real == device_type:
+        _ORIGINAL_AUTOCAST_INIT(self, real, dtype, enabled, cache_enabled)
+        return
+    # The real device's default dtype, which it takes silently; then the dtype given, as
+    # the written device takes it (see the module's docstring).
+    _ORIGINAL_AUTOCAST_INIT(self, real, None, enabled, cache_enabled)
+    self.fast_dtype = dtype
+    if enabled and not _accepted_by(device_type, dtype):
+        name = device_type.upper()
+        warnings.warn(
+            f"In {name} autocast, but the target dtype is not supported. Disabling autocast.\n"
+            f"{name} Autocast only supports dtypes of "
+            + ", ".join(map(str, _MPS_AUTOCAST_DTYPES))
+            + " currently.",
+            stacklevel=2,  # the caller of autocast(), as torch says it
+        )
+        self._enabled = False
 
 
 @functools.wraps(_ORIGINAL_SCALER_INIT)

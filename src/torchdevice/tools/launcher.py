@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import functools
 import importlib.machinery
 import importlib.util
 import io
@@ -19,13 +20,13 @@ import os
 import runpy
 import sys
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation, logs
+from torchdevice import activation, logs, program
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 
@@ -125,6 +126,7 @@ def _run(
     argv: list[str],
     path0: str,
     options: dict[str, Any],
+    read_program: Callable[[], program.Reading],
     report_path: Path | None,
     quiet: bool,
 ) -> None:
@@ -139,7 +141,7 @@ def _run(
     does; ``SystemExit`` passes through untouched, and so does ``KeyboardInterrupt``,
     printed with the script's frames only.
     """
-    _enable(options)
+    _enable(options, read_program)
     report_file.claim()  # the launcher reports (or, quiet, does not), not enable()'s handler
     if not quiet:
         _prepare_report(report_path)
@@ -157,11 +159,13 @@ def _run(
         raise
 
 
-def _enable(options: dict[str, Any]) -> None:
-    """Switch redirection on; torchdevice's warnings (and records at the level asked for)
-    go to stderr, which the launcher owns, until the script configures logging."""
+def _enable(options: dict[str, Any], read_program: Callable[[], program.Reading]) -> None:
+    """Switch redirection on for the program ``read_program`` reads (the script: what it
+    is written for, unless an option says); torchdevice's warnings (and records at the
+    level asked for) go to stderr, which the launcher owns, until the script configures
+    logging."""
     logs.show_on_stderr()
-    activation.enable(**options)
+    activation.enable_for(read_program, options)
 
 
 def _exec_main(filename: str) -> None:
@@ -218,6 +222,7 @@ def run_script(
         argv,
         path0,
         options or {},
+        lambda: program.of_script(absolute),
         report_path,
         quiet,
     )
@@ -237,7 +242,8 @@ def run_module(
     nothing is reported). It is looked up once redirection is on: finding ``pkg.mod``
     imports ``pkg``, whose code must run redirected as the module's does.
     """
-    _enable(options or {})
+    read_program = functools.partial(program.of_module, module)
+    _enable(options or {}, read_program)
     problem = _module_problem(module)
     if problem is not None:
         raise LaunchError(problem)
@@ -247,6 +253,7 @@ def run_module(
         argv,
         os.getcwd(),
         options or {},
+        read_program,
         report_path,
         quiet,
     )

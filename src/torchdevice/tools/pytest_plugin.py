@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from torchdevice import program
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError, UnsupportedFeatureError
 from torchdevice.host import HOST_CHOICES
@@ -218,7 +219,7 @@ def _start(config: pytest.Config, host: str | None) -> None:
         state.saved_host = os.environ.get(_HOST_ENV, _UNSET)
         os.environ[_HOST_ENV] = host  # ... and force the same host
     try:
-        _activation().enable()
+        _activation().enable_for(program.of_main, {})
     except SettingsError as exc:  # a bad TORCHDEVICE_* value or a host the machine
         _restore_env(state)  # cannot be: one line, before any test, environment as it was
         raise pytest.UsageError(str(exc)) from None
@@ -341,7 +342,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
             item.user_properties.append(("torchdevice_redirects", redirects))
             item.user_properties.append(("torchdevice_fallbacks", delta["fallback"]))
         if item.stash.get(_RESUME, False):
-            _activation().enable()
+            _activation().enable_for(program.of_main, {})
 
 
 @pytest.fixture(name="torchdevice")
