@@ -174,4 +174,128 @@ def test_graphs_compiled_before_the_fork_are_traced_again_in_such_a_child(accele
     assert _compiled_placement() == NAME
 
 
+# -- what real programs do on a Mac (issue 26) -------------------------------------------
+
+
+def test_every_conversion_to_float64_follows_the_dtype_rule(accelerator):
+    """MPS has no float64: ``.double()``, ``.type(...)``, an op's ``dtype=`` and a
+    ``*_like``/``new_*`` without a device give float32 on the device, with the values
+    the CPU computes in float64 rounded to float32, and a conversion copies as natively."""
+    import torch.nn.functional as F
+
+    host = torch.tensor([0.1, 0.2, 0.7])
+    x = host.to("cuda")
+    converted = {
+        "double": x.double(),
+        "type(dtype)": x.type(torch.float64),
+        "type(cuda class)": host.type(torch.cuda.DoubleTensor),
+        "type(cuda name)": host.type("torch.cuda.DoubleTensor"),
+        "to(dtype)": x.to(torch.float64),
+        "sum": x.sum(dtype=torch.float64),
+        "cumsum": x.cumsum(0, dtype=torch.float64),
+        "softmax": F.softmax(x, 0, dtype=torch.float64),
+        "zeros_like": torch.zeros_like(x, dtype=torch.float64),
+        "new_ones": x.new_ones(3, dtype=torch.float64),
+    }
+    expected = {
+        "double": host.double(),
+        "type(dtype)": host.double(),
+        "type(cuda class)": host.double(),
+        "type(cuda name)": host.double(),
+        "to(dtype)": host.double(),
+        "sum": host.sum(dtype=torch.float64),
+        "cumsum": host.cumsum(0, dtype=torch.float64),
+        "softmax": F.softmax(host, 0, dtype=torch.float64),
+        "zeros_like": torch.zeros(3, dtype=torch.float64),
+        "new_ones": torch.ones(3, dtype=torch.float64),
+    }
+    for name, result in converted.items():
+        assert (result.device, result.dtype) == (accelerator, torch.float32), name
+        torch.testing.assert_close(result.cpu(), expected[name].float(), msg=name)
+    for copy in (converted["double"], converted["to(dtype)"], converted["type(dtype)"]):
+        assert independent(copy, x)  # float32 already, still a new tensor
+
+
+def test_an_int_device_is_a_cuda_index_for_modules_too(accelerator):
+    """DDP scripts: ``model.to(rank)``; torch reads the int as an index of the current
+    accelerator (``simgpu:1``, past its one device), the policy as the CUDA index it is."""
+    model = nn.Linear(2, 2)
+    assert model.to(1) is model
+    assert model.weight.device == accelerator
+    assert torch.zeros(1, device=1).device == accelerator
+    assert torch.device(1) == torch.device("cuda", 1)  # read as written
+
+
+def test_a_device_read_off_a_cpu_tensor_places_where_that_tensor_is(accelerator):
+    """whisper: ``window.to(audio.device)`` of ``torch.from_numpy`` audio (which stays on
+    the CPU: it shares the array's memory) must land where the audio is."""
+    audio = torch.from_numpy(np.ones(400, dtype=np.float32))
+    window = torch.hann_window(400)
+    assert window.device == accelerator
+    assert audio.device == torch.device("cpu")
+    assert window.to(audio.device).device.type == "cpu"
+    assert torch.zeros(2, device=audio.device).device.type == "cpu"
+    module = nn.Linear(2, 2).to(audio.device)
+    assert module.weight.device.type == "cpu"
+    stft = torch.stft(audio, 400, 160, window=window.to(audio.device), return_complex=True)
+    assert stft.device.type == "cpu"
+    assert torch.zeros(1, device=torch.device("cpu")).device == accelerator  # as written
+
+
+def test_a_cpu_generator_initialises_device_parameters_with_the_cpu_draws(accelerator):
+    """llm.c: ``nn.init.normal_(weight, generator=torch.Generator())`` on a device
+    parameter draws the numbers a native run draws, into the parameter itself."""
+    expected = torch.empty(4, 3).normal_(0.0, 0.02, generator=torch.Generator().manual_seed(42))
+    layer = nn.Linear(3, 4)
+    weight = layer.weight
+    assert weight.device == accelerator
+    result = nn.init.normal_(
+        layer.weight, mean=0.0, std=0.02, generator=torch.Generator().manual_seed(42)
+    )
+    assert result is weight
+    assert isinstance(layer.weight, nn.Parameter)
+    assert layer.weight.device == accelerator
+    assert torch.equal(layer.weight.detach().cpu(), expected)
+    g = torch.Generator().manual_seed(1)
+    nn.init.trunc_normal_(layer.weight, generator=g)
+    nn.init.kaiming_uniform_(layer.weight, generator=g)
+
+
+def test_rng_states_the_code_holds_on_the_host_restore_generators(accelerator):
+    """Accelerate's ``synchronize_rng_states``: a state broadcast on the device comes back
+    with ``.cpu()``, which on an accelerator host lives on the device; every setter takes
+    it, as on the code's own machine. A state that stands for device memory is refused
+    as natively."""
+    state = torch.get_rng_state()
+    torch.set_rng_state(state.to("cuda").cpu())
+    assert torch.equal(torch.get_rng_state(), state)
+    device_state = torch.cuda.get_rng_state()
+    torch.cuda.set_rng_state(device_state.cuda().cpu())
+    assert torch.equal(torch.cuda.get_rng_state(), device_state)
+    generator = torch.Generator()
+    generator.manual_seed(3)
+    first = torch.rand(2, generator=generator, device="cpu:-1")
+    generator.manual_seed(3)
+    generator.set_state(generator.get_state().to("cuda").cpu())
+    assert torch.equal(torch.rand(2, generator=generator, device="cpu:-1"), first)
+    torch.zeros(0, device="cpu:-1")  # the override is off again
+    with pytest.raises(TypeError, match=r"RNG state must be a torch\.ByteTensor"):
+        generator.set_state(generator.get_state().to("cuda"))
+
+
+def test_torch_mps_answers_from_the_device_as_on_a_mac(accelerator):
+    """MPS-first code on the simulated MPS host: MPS is there for every program, and
+    ``torch.mps`` answers from the device (the real module has no backend on Linux)."""
+    assert torch.backends.mps.is_available()
+    assert torch.backends.mps.is_built()
+    x = torch.ones(1024, device="mps")
+    torch.mps.synchronize()
+    assert x.device == accelerator
+    assert torch.mps.current_allocated_memory() >= x.untyped_storage().nbytes()
+    torch.mps.manual_seed(0)
+    first = torch.rand(3, device="mps")
+    torch.mps.manual_seed(0)
+    assert torch.equal(torch.rand(3, device="mps").cpu(), first.cpu())
+
+
 mirror_in_parent(globals())
