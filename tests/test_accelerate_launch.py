@@ -49,16 +49,15 @@ def _reference() -> list[torch.Tensor]:
     ("host", "device"), [("cpu", "cpu"), ("mps", "simgpu:0")], ids=["cpu", "simulated-mps"]
 )
 def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path, host: str, device: str) -> None:
-    """On the CPU host with ``ACTIVATE_TORCH_DEVICE=1``; on the simulated MPS host through
-    the test-only launcher ``on_simgpu.py`` (DDP's and the gathers' collectives staged)."""
+    """With ``ACTIVATE_TORCH_DEVICE=1`` on both hosts, as a user switches a launched run on;
+    ``TORCHDEVICE_HOST=simulated-mps`` for the simulated one (DDP's and the gathers'
+    collectives staged through host memory)."""
     out = tmp_path / "out"
     out.mkdir()
-    env = {"HF_HOME": str(tmp_path / "hf")}  # no user config
-    if host == "cpu":
-        env["ACTIVATE_TORCH_DEVICE"] = "1"
-        script = [str(SCRIPT)]
-    else:
-        script = [str(SCRIPT.parent / "on_simgpu.py"), str(SCRIPT)]
+    env = {"HF_HOME": str(tmp_path / "hf"), "ACTIVATE_TORCH_DEVICE": "1"}  # no user config
+    if host == "mps":
+        env["TORCHDEVICE_HOST"] = "simulated-mps"
+    script = [str(SCRIPT)]
     argv = [
         "--multi_gpu",
         "--num_processes",
@@ -92,3 +91,23 @@ def test_accelerate_launch_multi_gpu_two_processes(tmp_path: Path, host: str, de
         for got, want in zip(rank["params"], expected, strict=True):
             torch.testing.assert_close(torch.tensor(got), want)
     assert ranks[0]["params"] == ranks[1]["params"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["cpu", "simulated-mps"])
+def test_accelerates_own_test_script_under_launch_multi_gpu(tmp_path: Path, host: str) -> None:
+    """Accelerate's own ``test_script.py`` (RNG synchronisation across ranks, dataloader
+    sharding, training parity, mixed precision checks) under ``accelerate launch
+    --multi_gpu``, switched on with ``ACTIVATE_TORCH_DEVICE=1``: it synchronises the device
+    generators' states through the device and back with ``.cpu()`` ("RNG state must be a
+    torch.ByteTensor" on the simulated host before generators took host states there)."""
+    from accelerate.test_utils.scripts import test_script
+
+    env = {"HF_HOME": str(tmp_path / "hf"), "ACTIVATE_TORCH_DEVICE": "1"}
+    if host != "cpu":
+        env["TORCHDEVICE_HOST"] = host
+    argv = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    argv += ["--mixed_precision", "no", "--dynamo_backend", "no", str(test_script.__file__)]
+    log = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
+    assert "All rng are properly synched." in log
+    assert "Training yielded the same results on one CPU or distributed setup" in log
