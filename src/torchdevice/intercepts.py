@@ -330,12 +330,8 @@ def explicit_factory(
     """``*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten; a
     float64 ``dtype=`` landing on the MPS device follows the dtype rule either way."""
     request = kwargs.get("device")
-    if request is None:
-        if rt.float64_device is not None and kwargs.get("dtype") is torch.float64:
-            source = args[0] if args else kwargs.get("input")
-            if isinstance(source, torch.Tensor) and source.device.type == rt.float64_device:
-                kwargs["dtype"] = _narrow_float64(rt, func, source.device, torch.float64)
-        return func(*args, **kwargs)
+    if request is None:  # on its input's device, where an op's own dtype= lands
+        return float64_argument(rt, func, args, kwargs)
     device, wanted = _placed(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
@@ -531,11 +527,16 @@ def tensor_type(
     return moved(tensor, result, "device")
 
 
-def _converted(rt: Runtime, func: Callable[..., Any], tensor: torch.Tensor) -> torch.Tensor:
+def _converted(
+    rt: Runtime,
+    func: Callable[..., Any],
+    tensor: torch.Tensor,
+    memory_format: torch.memory_format = torch.preserve_format,
+) -> torch.Tensor:
     """A conversion to float64 of a tensor on the MPS device: float32 under the dtype rule,
     and a new tensor, as the native conversion gives, even where float32 is what it is."""
     dtype = _narrow_float64(rt, func, tensor.device, torch.float64)
-    return tensor.to(dtype, copy=True)
+    return tensor.to(dtype, copy=True, memory_format=memory_format)
 
 
 def tensor_double(
@@ -546,10 +547,7 @@ def tensor_double(
     tensor = args[0]
     if tensor.device.type != rt.float64_device or tensor.dtype is torch.float64:
         return func(*args, **kwargs)
-    if kwargs.get("memory_format", torch.preserve_format) is not torch.preserve_format:
-        dtype = _narrow_float64(rt, func, tensor.device, torch.float64)
-        return tensor.to(dtype, copy=True, memory_format=kwargs["memory_format"])
-    return _converted(rt, func, tensor)
+    return _converted(rt, func, tensor, kwargs.get("memory_format", torch.preserve_format))
 
 
 def float64_argument(
@@ -558,7 +556,7 @@ def float64_argument(
     """``dtype=torch.float64`` reaching the MPS device through an op's own dtype argument
     (``x.sum(dtype=torch.float64)``, ``F.softmax(x, dim, dtype=torch.float64)``, MPS hosts
     only): the dtype rule, logged at the call."""
-    if kwargs.get("dtype") is torch.float64:
+    if kwargs.get("dtype") is torch.float64 and rt.float64_device is not None:
         tensor = args[0] if args else kwargs.get("input")
         if isinstance(tensor, torch.Tensor) and tensor.device.type == rt.float64_device:
             kwargs["dtype"] = _narrow_float64(rt, func, tensor.device, torch.float64)
