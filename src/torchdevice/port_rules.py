@@ -700,7 +700,10 @@ class _Porter:
         if not isinstance(call.func, ast.Attribute):
             self.note(call, "a .pin_memory() call through an alias: pin only with an accelerator")
             return
-        receiver = self.src.segment(call.func.value)
+        value = call.func.value
+        receiver = self.src.segment(value)
+        if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+            receiver = f"({receiver})"
         self.wrap(call, "(", f" if {GUARD} else {receiver})")
 
     def port_pin_keyword(self, call: ast.Call) -> None:

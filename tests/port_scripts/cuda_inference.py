@@ -33,8 +33,8 @@ def main() -> int:
     if not torch.allclose(probabilities.sum(dim=1), torch.ones(200)):
         print("[FAIL] the probabilities do not sum to 1")
         return 1
-    top = probabilities.argmax(dim=1)
-    print(f"RESULT {probabilities.sum().item():.4f} {int(top.sum())} {probabilities.max().item():.5f}")
+    top = int(probabilities.argmax(dim=1).sum())
+    print(f"RESULT {probabilities.sum().item():.4f} {top} {probabilities.max().item():.5f}")
     return 0
 
 

@@ -30,8 +30,8 @@ def main() -> int:
     losses = []
     for epoch in range(6):
         total = 0.0
-        for inputs, targets in loader:
-            inputs, targets = inputs.to(device), targets.to(device)
+        for batch, labels in loader:
+            inputs, targets = batch.to(device), labels.to(device)
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = nn.functional.mse_loss(model(inputs), targets)

@@ -12,7 +12,9 @@ DEVICE = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 as_string = "cuda" if torch.cuda.is_available() else "cpu"
 mps_string = "mps" if torch.backends.mps.is_available() else "cpu"
 mps_device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
-chained = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+chained = (
+    "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+)
 if torch.cuda.is_available():
     picked = torch.device("cuda")
 elif torch.backends.mps.is_available():
