@@ -112,5 +112,6 @@ except SettingsError as _error:
 
 if _requested:
     from torchdevice.activation import enable as _enable
+    from torchdevice.announce import from_environment as _from_environment
 
-    _enable()
+    _from_environment(_enable)  # enables, and says so on stderr in the run's first process

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation, logs
+from torchdevice import activation, announce, logs
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 
@@ -144,6 +144,8 @@ def _run(
     if not quiet:
         _prepare_report(report_path)
         atexit.register(_emit_report, report_path, sys.stderr)
+        if report_parts.role() != "writer":  # a launcher a redirected run started: silent
+            print(announce.start_line(), file=sys.stderr, flush=True)
     try:
         with _argv(argv, path0):
             target()
