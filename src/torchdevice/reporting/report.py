@@ -117,7 +117,8 @@ class MigrationReport:
         """Write JSON if ``path`` ends in ``.json``, text otherwise, making the missing
         parent folders (the tools' one rule: :mod:`torchdevice.tools.outputs`)."""
         text = self.to_json() if path.suffix == ".json" else self.to_text()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.exists():  # (a file there: writing says "Not a directory")
+            path.parent.mkdir(parents=True)
         path.write_text(text + "\n", encoding="utf-8")
 
 
