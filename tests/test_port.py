@@ -672,6 +672,19 @@ def _file_rows(
     ]
 
 
+def _child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a child (ported code, or the simulated accelerator: both change
+    the process), with ``env`` over this environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
 def _flat(text: str) -> str:
     return " ".join(text.split())
 
@@ -772,14 +785,7 @@ def test_a_device_choice_becomes_the_one_device(line: str, api: str, tmp_path: P
     assert new == f"import torch\n{DEVICE_LINE}\nx = torch.ones(2, device=device)\n"
     # Where the accelerator is not CUDA (a Mac), the ported line picks it: the simulated
     # accelerator here, registered in a child, torchdevice not enabled.
-    done = subprocess.run(
-        [sys.executable, "-c", _ON_SIMULATED + new + "print(x.device.type)\n"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "ACTIVATE_TORCH_DEVICE": ""},
-    )
+    done = _child(_ON_SIMULATED + new + "print(x.device.type)\n", ACTIVATE_TORCH_DEVICE="")
     assert (done.returncode, done.stdout) == (0, "simgpu\n"), done.stderr
 
 
@@ -859,14 +865,7 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
     )
     # The is_built row alone gives the same advice: it is part of the guard.
     assert guide.advice(rows[1]) == guide.advice(rows[0])
-    done = subprocess.run(
-        [sys.executable, "-c", new + "print(x.sum().item())"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
+    done = _child(new + "print(x.sum().item())", PYTHONPATH="")
     assert (done.returncode, done.stdout) == (0, "5.0\n"), done.stderr
 
 
@@ -916,14 +915,8 @@ def test_pinned_memory_only_where_there_is_an_accelerator(tmp_path: Path) -> Non
         f"z = ((x + 1).pin_memory() if {guard} else (x + 1))",
     ]
     for registered in ("", _ON_SIMULATED):  # no accelerator here; the simulated one
-        done = subprocess.run(
-            [sys.executable, "-c", registered + new + "print(x.is_pinned(), z.sum().item())"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-            env={**os.environ, "ACTIVATE_TORCH_DEVICE": ""},
-        )
+        code = registered + new + "print(x.is_pinned(), z.sum().item())"
+        done = _child(code, ACTIVATE_TORCH_DEVICE="")
         assert (done.returncode, done.stdout) == (0, f"{bool(registered)} 6.0\n"), done.stderr
 
 
@@ -968,14 +961,7 @@ def test_total_memory_and_stand_in_values_that_feed_arithmetic(tmp_path: Path) -
         '    return budget, used, peak, stats.get("x", 0), '
         f"(torch.accelerator.memory_allocated() if {guard} else 0)",
     ]
-    done = subprocess.run(
-        [sys.executable, "-c", new + "print(f())"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
+    done = _child(new + "print(f())", PYTHONPATH="")
     assert (done.returncode, done.stdout) == (0, "(0, 1.0, 0.0, 0, 0)\n"), done.stderr
 
 

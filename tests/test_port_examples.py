@@ -113,6 +113,20 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
     )
 
 
+def _apply(repo: Path, patch: str) -> None:
+    """``git apply`` the patch in ``repo``, as a user does: no hand edit."""
+    applied = subprocess.run(
+        ["git", "apply", "-"],
+        cwd=repo,
+        input=patch,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr + patch
+
+
 def _failing_line(stderr: str, script: Path) -> int:
     """The line of ``script`` where the native run's traceback ends."""
     marker = f'File "{script}", line '
@@ -163,16 +177,7 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
     result = port_report(report, repo)
     assert [file.path for file in result.files] == [name]
     assert all(why.startswith("not yours (") for _, why in result.skipped), result.skipped
-    applied = subprocess.run(
-        ["git", "apply", "-"],
-        cwd=repo,
-        input=result.patch,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert applied.returncode == 0, applied.stderr + result.patch
+    _apply(repo, result.patch)
     ported = script.read_text(encoding="utf-8")
     assert ported == result.files[0].new
 
@@ -261,16 +266,7 @@ def test_a_ported_script_runs_natively_on_the_cpu_and_beside_another_accelerator
 
     # 2. Ported from that report, patched with git apply: no hand edit.
     result = port_report(report, repo)
-    applied = subprocess.run(
-        ["git", "apply", "-"],
-        cwd=repo,
-        input=result.patch,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert applied.returncode == 0, applied.stderr + result.patch
+    _apply(repo, result.patch)
     ported = script.read_text(encoding="utf-8")
     output = f"patch:\n{result.patch}"
 

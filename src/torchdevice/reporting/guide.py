@@ -25,33 +25,21 @@ from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
 from torchdevice import port_rules
-from torchdevice.callsite import CallSite, Position
 from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, rewrite_for
 
 __all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
 
 
-class Entry(Protocol):
+class Entry(port_rules.PortEntry, Protocol):
     """What the guide reads of a report row (:class:`torchdevice.reporting.entries.Entry`):
-    a protocol, so that the rows, which give their advice from here, sit above the guide
-    and the package's imports run one way."""
+    what the port reads, and what was decided, how often. A protocol, so that the rows,
+    which give their advice from here, sit above the guide and the package's imports run
+    one way."""
 
-    @property
-    def site(self) -> CallSite: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def api(self) -> str: ...
-    @property
-    def requested(self) -> str: ...
     @property
     def decided(self) -> str: ...
     @property
-    def reason(self) -> str: ...
-    @property
     def count(self) -> int: ...
-    @property
-    def positions(self) -> tuple[Position, ...]: ...
 
 
 #: The one line that chooses the device, which every device argument then names.
