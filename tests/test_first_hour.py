@@ -296,7 +296,7 @@ def test_environment_activation_says_so_at_start_and_points_to_the_report_at_exi
 def test_the_readme_says_how_long_its_commands_take_and_the_quick_check_is_quick() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Try it", 1)[1].split("\n## ", 1)[0]
-    assert re.search(r"# 1\. [^\n]*\n#\s+\(the run: about \d+ s", section), section
+    assert re.search(r"# 1\. [^\n]*\n#\s+\(the run: about \d+ (s|min)", section), section
     assert re.search(r"# 2\. [^\n]*\n#\s+\(about \d+ min", section), section
     quick = re.search(r"<!-- quick-check -->\n```bash\n(?P<command>[^\n]+)\n```", readme)
     assert quick is not None, "the README's one-minute check"
