@@ -24,8 +24,7 @@ from torch import nn
 if not torch.backends.mps.is_available():
     if not torch.backends.mps.is_built():
         print(
-            "MPS not available because the current PyTorch install was not built with MPS "
-            "enabled."
+            "MPS not available because the current PyTorch install was not built with MPS enabled."
         )
     else:
         print(
