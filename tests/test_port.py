@@ -1009,3 +1009,25 @@ def test_the_patch_says_which_torch_it_needs(
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply"], cwd=tmp_path, input=result.patch, text=True, check=True)
     assert call not in script.read_text()
+
+
+def test_the_port_says_when_this_environments_torch_is_older_than_the_patch_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("import torch\nx = torch.cuda.mem_get_info()\n", encoding="utf-8")
+    rows = entries_for(script.read_text(), ("torch.cuda.mem_get_info", "torch.cuda"))
+    raw = MigrationReport("cpu host", tuple(rows)).to_dict()
+    raw["entries"][0]["file"] = str(script)
+    (tmp_path / "r.json").write_text(json.dumps(raw), encoding="utf-8")
+    argv = ["port", "--report", str(tmp_path / "r.json"), "--root", str(tmp_path)]
+    assert cli.main(argv) == 0
+    assert "this environment has torch" not in capsys.readouterr().err  # 2.13 >= 2.10
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "2.9.1+cpu")
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2] == (
+        "torchdevice port: the patched code needs torch 2.10 or later (for "
+        "torch.accelerator.get_memory_info); this environment has torch 2.9.1+cpu"
+    )
+    assert err[-1] == "torchdevice port: 1 file(s) changed, 0 skipped"

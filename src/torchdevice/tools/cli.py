@@ -289,9 +289,33 @@ def _port(argv: Sequence[str], prog: str) -> int:
         ns.output.write_text(result.patch, encoding="utf-8")
     else:
         sys.stdout.write(result.patch)
+    older = _older_torch(result.needs[0])
+    if older:  # the patch's first line says what it needs; say it where it is not there
+        print(
+            f"{prog}: the patched code needs torch {result.needs[0][0]}.{result.needs[0][1]} "
+            f"or later (for {', '.join(result.needs[1])}); this environment has torch {older}",
+            file=sys.stderr,
+        )
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
     return 0
+
+
+def _older_torch(needed: tuple[int, int]) -> str | None:
+    """The installed torch's version when it is older than ``needed`` (``None``: it is
+    not, or cannot be read), without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        installed = version("torch")
+    except PackageNotFoundError:
+        return None
+    parts = installed.split("+")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+    return installed if (major, minor) < needed else None
 
 
 def _path_mappings(given: Sequence[str], parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
