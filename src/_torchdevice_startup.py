@@ -16,9 +16,10 @@ that never imports torch pays nothing more than this module.
 It lives outside the :mod:`torchdevice` package on purpose: importing anything inside the
 package runs ``torchdevice/__init__.py``, which enables at once (importing torch) when the
 environment asks for it, and raises on an invalid ``ACTIVATE_TORCH_DEVICE`` — neither may
-happen at interpreter start. An invalid value is left to that import: it raises
-:class:`torchdevice.SettingsError` naming the variable when the process imports torch,
-and processes that never do are unaffected.
+happen at interpreter start. An invalid value is left to that import: when the process
+imports torch, it ends with one line naming the variable and what it accepts (status 2,
+as a usage error), not a traceback through the import machinery; processes that never
+import torch are unaffected.
 
 This module imports nothing beyond :mod:`sys` and :mod:`os` (both loaded at start-up):
 not even :mod:`typing`, which its annotations only name.
@@ -89,7 +90,19 @@ class _ActivatingLoader:
                 module.__spec__.loader = self._loader
         # torch is complete here (only importlib's bookkeeping is left): enabling now
         # means the importing code's next line already runs redirected.
+        _import_torchdevice()
+
+
+def _import_torchdevice() -> None:
+    """Import torchdevice, which enables itself; a bad activation variable ends the process
+    with one line saying so (status 2) instead of a traceback through ``import torch``."""
+    try:
         __import__("torchdevice")
+    except Exception as error:
+        if type(error).__name__ != "SettingsError":  # the package cannot be imported to check
+            raise
+        sys.stderr.write(f"torchdevice: error: {error}\n")
+        raise SystemExit(2) from None
 
 
 class TorchImportHook:
@@ -145,7 +158,7 @@ def install(environ: "Mapping[str, str] | None" = None) -> bool:
     if not requested(environ):
         return False
     if "torch" in sys.modules:
-        __import__("torchdevice")
+        _import_torchdevice()
         return True
     if not any(isinstance(finder, TorchImportHook) for finder in sys.meta_path):
         sys.meta_path.insert(0, TorchImportHook())

@@ -175,11 +175,11 @@ def test_a_bad_value_is_reported_when_torch_is_imported(site_dir):
         timeout=120,
         check=False,
     )
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
-        "torchdevice.errors.SettingsError: invalid ACTIVATE_TORCH_DEVICE='maybe' from the "
+    assert result.returncode == 2  # a usage error, in one line (issue 28)
+    assert result.stderr.strip().splitlines() == [
+        "torchdevice: error: invalid ACTIVATE_TORCH_DEVICE='maybe' from the "
         f"environment: {BOOL_EXPECTED}"
-    )
+    ]
 
 
 @pytest.mark.parametrize(

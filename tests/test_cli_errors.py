@@ -91,11 +91,11 @@ def _wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 300.0
 
 def test_port_to_an_unwritable_patch_fails_before_the_script_runs(tmp_path: Path) -> None:
     script, marker = marking_script(tmp_path)
-    target = tmp_path / "no" / "such" / "dir" / "fix.patch"
+    target = script / "no" / "such" / "fix.patch"  # below a file (missing folders are made)
     line = one_line(run("port", "-o", target, script))
     assert line == (
         f"{PROG} port: error: cannot write the patch to {target}: "
-        f"no directory {str(target.parent)!r}"
+        f"{str(script)!r} is a file, not a directory"
     )
     assert not marker.exists()
 

@@ -73,6 +73,11 @@ EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[pytest.MarkDec
         ("[ok] the first new token is the model's argmax", "[ok] sampling with the", ALL_PASSED),
         (needs_transformers,),
     ),
+    "mps_first.py": (
+        (),
+        ("[ok] the loss at least halved", "[ok] the reloaded checkpoint", "RESULT", ALL_PASSED),
+        (),
+    ),
 }
 
 

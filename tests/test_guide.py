@@ -15,7 +15,7 @@ import torchdevice
 from torchdevice.callsite import CallSite
 from torchdevice.reporting import SCHEMA_VERSION, Entry, MigrationReport, guide
 from torchdevice.reporting.schema import json_schema
-from torchdevice.rewrites import DEVICE_API, HELPERS
+from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY_FILE = os.path.join(sysconfig.get_paths()["purelib"], "transformers", "modeling.py")
@@ -128,10 +128,11 @@ def test_text_groups_the_users_lines_with_source_and_advice_then_libraries(tmp_p
     # By file and line (not by count), each with its source and what to change.
     assert "train.py:2 in main(): torch.zeros(cuda) -> cpu:0 x5" in lines[2]
     assert lines[3] == '      | x = torch.zeros(2, device="cuda")'
-    assert lines[4] == "      change: pass `device` (chosen once, as above)"
+    # The file can be read: the advice is the port of the call itself.
+    assert lines[4] == "      change: `torch.zeros(2, device=device)`"
     assert "train.py:3 in main(): Tensor.cuda(cuda) -> cpu:0 x2" in lines[5]
     assert lines[6] == "      | x = x.cuda()"
-    assert lines[7].startswith("      change: `.to(device)`")
+    assert lines[7] == "      change: `x.to(device)`"
     assert lines[8].startswith("Library call sites (not your lines")
     assert lines[9] == "  transformers: 1 call site(s), 7 call(s)"
     assert "modeling.py:10 in main(): Module.to(cuda)" in lines[10]
@@ -234,12 +235,14 @@ def test_a_real_run_reports_device_api_rows(tmp_path):
 
 def test_the_port_by_hand_page_shows_the_table_the_report_and_the_patch_use():
     page = (ROOT / "docs" / "porting.md").read_text(encoding="utf-8")
+    tables = [("torch.cuda", DEVICE_API), ("torch.backends.mps", BACKENDS_MPS_API)]
     missing = [
         name
-        for name, rewrite in DEVICE_API.items()
-        if f"`torch.cuda.{name}({rewrite.example})`" not in page
-        or (rewrite.form != "none" and f"`{rewrite.code()}`" not in page)
-        or (rewrite.form == "none" and rewrite.why not in page)
+        for module, table in tables
+        for name, rewrite in table.items()
+        if f"`{module}.{name}({rewrite.example})`" not in page
+        or (rewrite.form not in ("none", "keep") and f"`{rewrite.code()}`" not in page)
+        or (rewrite.form in ("none", "keep") and rewrite.why not in page)
     ]
     assert missing == []
     assert all(HELPERS[name] in page for name in HELPERS)

@@ -396,11 +396,12 @@ def test_a_bad_variable_is_one_line_and_status_2(tmp_path, variable, value, acce
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("where", ["missing-dir", "directory"])
+@pytest.mark.parametrize("where", ["below-a-file", "directory"])
 def test_report_path_that_cannot_be_written_fails_before_the_script(tmp_path, where):
+    """(Missing parent folders are made: tests/test_first_hour.py, the tools' one rule.)"""
     marker = tmp_path / "ran"
     script = write(tmp_path / "marks.py", f"open({str(marker)!r}, 'w').close()\n")
-    target = tmp_path / "no" / "such" / "r.json" if where == "missing-dir" else tmp_path
+    target = tmp_path if where == "directory" else script / "such" / "r.json"
     result = run("--report", target, script)
     assert result.returncode == 2
     assert f"cannot write the report to {target}" in result.stderr

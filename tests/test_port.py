@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from torchdevice.callsite import CallSite
+from torchdevice.port_rules import advise, ported_call
 from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
-from torchdevice.rewrites import DEVICE_API, HELPERS
+from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
 from torchdevice.tools import cli
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
@@ -310,7 +311,7 @@ def test_the_patch_writes_what_the_report_advises(name: str) -> None:
     assert advice == rewrite.advice(api)
     if rewrite.form == "none":
         assert rewrite.why in advice
-        assert notes == (f"{api}(): {rewrite.why}",)
+        assert notes == (f'{api}(): {rewrite.why}; keep it behind `if device.type == "cuda":`',)
         assert f"{api}(" in new  # left as it was, with the comment
         return
     code = advice.split("`")[1]
@@ -337,8 +338,9 @@ def test_what_has_no_equivalent_is_left_with_a_comment_saying_why() -> None:
         ("torch.zeros", "torch.zeros"),
     )
     properties = (
-        "torch.cuda.get_device_properties(): device properties (total_memory, "
-        "multi_processor_count, major/minor) have no device-agnostic API"
+        "torch.cuda.get_device_properties(): device properties (multi_processor_count, "
+        "major/minor, name) have no device-agnostic API; `.total_memory` is "
+        'torch.accelerator.get_memory_info()[1]; keep it behind `if device.type == "cuda":`'
     )
     assert new == textwrap.dedent(f"""\
         import torch
@@ -508,7 +510,10 @@ def test_library_files_are_skipped_and_the_patch_applies(tmp_path: Path) -> None
     assert library_of(str(script)) is None
     result = port_report(MigrationReport("cpu host", (user, library)), tmp_path)
     assert result.skipped == ((library.site.filename, "not yours (ast)"),)
-    assert result.patch.startswith("diff --git a/train.py b/train.py\n")
+    assert result.patch.startswith(
+        f"{MARK} the patched code needs torch 2.7 or later "
+        "(for torch.accelerator.current_accelerator)\ndiff --git a/train.py b/train.py\n"
+    )
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run(["git", "apply"], cwd=tmp_path, input=result.patch, text=True, check=True)
     assert "torch.ones(2, device=device)" in script.read_text()
@@ -547,7 +552,7 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("diff --git a/t.py b/t.py\n")  # the script's print: stderr
+    assert done.stdout.splitlines()[1] == "diff --git a/t.py b/t.py"  # the script's print: stderr
     assert "+print(torch.ones(2).to(device).device)\n" in done.stdout
     assert "cpu" in done.stderr
     # The run's report was a temporary file, deleted once read: stderr does not name it.
@@ -649,3 +654,380 @@ def test_the_patch_writes_what_the_report_advises_for_device_arguments(api: str,
     code = advice.split("`")[1]
     line = next(text for text in new.splitlines() if text.startswith("    result = "))
     assert code in line, (advice, line)
+
+
+# -- issue 28: the device-choice idiom, MPS-first code, stand-in values, the advice -------
+
+
+def _file_rows(
+    tmp_path: Path, source: str, *wanted: tuple[str, str], kind: str = "redirect"
+) -> list[Entry]:
+    """``entries_for`` rows whose file is ``source`` written to disk, so that the report's
+    advice reads it (as it does at the end of a run)."""
+    path = tmp_path / f"script{len(list(tmp_path.iterdir()))}.py"
+    path.write_text(source, encoding="utf-8")
+    return [
+        dataclasses.replace(row, site=CallSite(str(path), row.site.lineno, "f"))
+        for row in entries_for(source, *wanted, kind=kind)
+    ]
+
+
+def _child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a child (ported code, or the simulated accelerator: both change
+    the process), with ``env`` over this environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def assert_advice_is_the_patch(source: str, rows: list[Entry]) -> str:
+    """Each row's advice is what the patch writes at its call: the ported code is in the
+    patched file, each comment the advice names is a comment there."""
+    new, _ = port_source(source, rows)
+    ast.parse(new)
+    for row in rows:
+        ported = ported_call(source, row)
+        assert ported is not None, row
+        code, said = ported
+        advice = guide.advice(row)
+        assert advice == advise(source, row)
+        if code:
+            assert _flat(code) in _flat(new), (code, new)
+            assert advice.startswith(f"`{code}`")
+        for note in said:
+            assert _flat(f"{MARK} {note}") in _flat(new), (note, new)
+            assert note in advice
+    return new
+
+
+#: Real arguments for the table's placeholders: the advice must show these, not "seed".
+_ARGUMENTS = {"seed": "1234", "index": "1", "stream": "side", "0": "0"}
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("torch.cuda", name) for name in sorted(DEVICE_API)]
+    + [("torch.mps", name) for name in ("synchronize", "current_allocated_memory")]
+    + [("torch.backends.mps", name) for name in sorted(BACKENDS_MPS_API)],
+)
+def test_the_advice_is_the_patch_with_the_calls_own_arguments(
+    module: str, name: str, tmp_path: Path
+) -> None:
+    rewrite = rewrite_for(f"{module}.{name}")
+    arguments = _ARGUMENTS.get(rewrite.example, rewrite.example)
+    call = f"{module}.{name}({arguments})"
+    body = f"    result = {call}\n"
+    if rewrite.form == "statement":
+        body = f"    {call}\n"
+    elif rewrite.form == "context" or name == "stream":
+        body = f"    with {call}:\n        pass\n"
+    source = f"import torch\ndef f(side):\n{body}"
+    rows = _file_rows(tmp_path, source, (f"{module}.{name}", f"{module}.{name}("))
+    rows = [dataclasses.replace(row, kind="device-api") for row in rows]
+    assert_advice_is_the_patch(source, rows)
+    advice = guide.advice(rows[0])
+    dropped = rewrite.form == "expression" and "{args}" not in rewrite.target  # str(device)
+    if rewrite.form not in ("none", "keep") and arguments and not dropped:
+        assert arguments in advice  # the call's own argument, not a placeholder
+    assert "`seed`" not in advice
+    if rewrite.form == "none":
+        kind = "mps" if module == "torch.backends.mps" else module.split(".")[1]
+        assert f'keep it behind `if device.type == "{kind}":`' in advice
+        assert '"backends"' not in advice
+
+
+DEVICE_CHOICES = [
+    # (the line as written, its row's API and call prefix)
+    ('device = "cuda" if torch.cuda.is_available() else "cpu"', "torch.cuda.is_available"),
+    (
+        'device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")',
+        "torch.cuda.is_available",
+    ),
+    (
+        'device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")',
+        "torch.cuda.is_available",
+    ),
+    ('device = "mps" if torch.backends.mps.is_available() else "cpu"', "torch.backends.mps"),
+    (
+        'device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")',
+        "torch.backends.mps",
+    ),
+    (
+        'device = "cuda" if torch.cuda.is_available() else "mps" if '
+        'torch.backends.mps.is_available() else "cpu"',
+        "torch.cuda.is_available",
+    ),
+    (
+        'if torch.cuda.is_available():\n    device = torch.device("cuda")\n'
+        'elif torch.backends.mps.is_available():\n    device = "mps"\n'
+        'else:\n    device = torch.device("cpu")',
+        "torch.cuda.is_available",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "api"), DEVICE_CHOICES)
+def test_a_device_choice_becomes_the_one_device(line: str, api: str, tmp_path: Path) -> None:
+    source = f"import torch\n{line}\nx = torch.ones(2, device=device)\n"
+    name = "torch.backends.mps.is_available" if api == "torch.backends.mps" else api
+    rows = _file_rows(tmp_path, source, (name, api), ("torch.ones", "torch.ones"))
+    rows[0] = dataclasses.replace(rows[0], kind="device-api")
+    new = assert_advice_is_the_patch(source, rows)
+    assert new == f"import torch\n{DEVICE_LINE}\nx = torch.ones(2, device=device)\n"
+    # Where the accelerator is not CUDA (a Mac), the ported line picks it: the simulated
+    # accelerator here, registered in a child, torchdevice not enabled.
+    done = _child(_ON_SIMULATED + new + "print(x.device.type)\n", ACTIVATE_TORCH_DEVICE="")
+    assert (done.returncode, done.stdout) == (0, "simgpu\n"), done.stderr
+
+
+_ON_SIMULATED = "import torchdevice.testing as t\nt.register()\n"
+
+
+def test_a_choice_bound_to_another_name_a_function_an_argument_or_compared() -> None:
+    new, notes = port(
+        """\
+        import torch
+        DEV = "cuda" if torch.cuda.is_available() else "cpu"
+        other = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+        slow = DEV == "cpu"
+
+        def f():
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            with torch.autocast(device_type=device):
+                y = torch.ones(1, device=device)
+                return y.to(
+                    "cuda" if torch.cuda.is_available() else "cpu")
+        """,
+        ("torch.cuda.is_available", "torch.cuda.is_available"),
+        ("torch.backends.mps.is_available", "torch.backends"),
+        ("torch.autocast", "torch.autocast"),
+        ("torch.ones", "torch.ones"),
+    )
+    assert new == textwrap.dedent(f"""\
+        import torch
+        {MARK} `DEV` is a torch.device now, no string: its comparisons with a string compare its .type
+        DEV = {DEVICE_EXPRESSION}
+        other = DEV
+        slow = DEV.type == "cpu"
+
+        def f():
+            device = DEV
+            with torch.autocast(device_type=device.type):
+                y = torch.ones(1, device=device)
+                return y.to(
+                    DEV)
+        """)  # noqa: E501
+    assert len(notes) == 1
+
+
+PYTORCH_MPS_CHECK = """\
+import sys
+import torch
+if not torch.backends.mps.is_available():
+    if not torch.backends.mps.is_built():
+        print("MPS not available because the current PyTorch install was not "
+              "built with MPS enabled.")
+    else:
+        print("MPS not available because the current MacOS version is not 12.3+ "
+              "and/or you do not have an MPS-enabled device on this machine.")
+    sys.exit(1)
+mps_device = torch.device("mps")
+x = torch.ones(5, device=mps_device)
+"""
+
+
+def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
+    tmp_path: Path,
+) -> None:
+    rows = _file_rows(
+        tmp_path,
+        PYTORCH_MPS_CHECK,
+        ("torch.backends.mps.is_available", "torch.backends.mps.is_available"),
+        ("torch.backends.mps.is_built", "torch.backends.mps.is_built"),
+        ("torch.device", 'torch.device("mps")'),
+    )
+    rows = [dataclasses.replace(row, kind="device-api") for row in rows[:2]] + rows[2:]
+    new = assert_advice_is_the_patch(PYTORCH_MPS_CHECK, rows)
+    assert new == (
+        "import sys\nimport torch\n"
+        f"{MARK} removed a guard that exits without MPS: the ported code runs on `mps_device`, "
+        "the CPU when there is no accelerator\n"
+        f"mps_device = {DEVICE_EXPRESSION}\nx = torch.ones(5, device=mps_device)\n"
+    )
+    # The is_built row alone gives the same advice: it is part of the guard.
+    assert guide.advice(rows[1]) == guide.advice(rows[0])
+    done = _child(new + "print(x.sum().item())", PYTHONPATH="")
+    assert (done.returncode, done.stdout) == (0, "5.0\n"), done.stderr
+
+
+def test_mps_calls_outside_a_guard(tmp_path: Path) -> None:
+    source = (
+        "import torch\n"
+        "if torch.backends.mps.is_available():\n"
+        "    print(torch.backends.mps.get_name(), torch.backends.mps.get_core_count())\n"
+        "built = torch.backends.mps.is_built()\n"
+    )
+    rows = _file_rows(
+        tmp_path,
+        source,
+        ("torch.backends.mps.is_available", "torch.backends.mps.is_available"),
+        ("torch.backends.mps.get_name", "torch.backends.mps.get_name"),
+        ("torch.backends.mps.get_core_count", "torch.backends.mps.get_core_count"),
+        ("torch.backends.mps.is_built", "torch.backends.mps.is_built"),
+    )
+    rows = [dataclasses.replace(row, kind="device-api") for row in rows]
+    new = assert_advice_is_the_patch(source, rows)
+    assert "if torch.accelerator.is_available():\n" in new  # as torch.cuda.is_available()
+    assert "print(str(device), torch.backends.mps.get_core_count())" in new
+    advice = [guide.advice(row) for row in rows]
+    assert advice[0] == "`torch.accelerator.is_available()`"
+    assert advice[2].endswith('keep it behind `if device.type == "mps":`')
+    assert advice[3].startswith("torch.backends.mps.is_built(): whether this torch was built")
+
+
+def test_pinned_memory_only_where_there_is_an_accelerator(tmp_path: Path) -> None:
+    source = (
+        "import torch\n"
+        "x = torch.ones(3).pin_memory()\n"
+        "y = torch.empty(3, pin_memory=True)\n"
+        "z = (x + 1).pin_memory()\n"
+    )
+    rows = [
+        *_file_rows(tmp_path, source, ("Tensor.pin_memory", "torch.ones(3).pin")),
+        *_file_rows(tmp_path, source, ("torch.empty", "torch.empty")),
+        *_file_rows(tmp_path, source, ("Tensor.pin_memory", "(x + 1).pin")),
+    ]
+    rows[1] = dataclasses.replace(rows[1], kind="device-api", requested="pin_memory=True")
+    new = assert_advice_is_the_patch(source, rows)
+    guard = "torch.accelerator.is_available()"
+    assert new.splitlines()[1:] == [
+        f"x = (torch.ones(3).pin_memory() if {guard} else torch.ones(3))",
+        f"y = torch.empty(3, pin_memory={guard})",
+        f"z = ((x + 1).pin_memory() if {guard} else (x + 1))",
+    ]
+    for registered in ("", _ON_SIMULATED):  # no accelerator here; the simulated one
+        code = registered + new + "print(x.is_pinned(), z.sum().item())"
+        done = _child(code, ACTIVATE_TORCH_DEVICE="")
+        assert (done.returncode, done.stdout) == (0, f"{bool(registered)} 6.0\n"), done.stderr
+
+
+def test_total_memory_and_stand_in_values_that_feed_arithmetic(tmp_path: Path) -> None:
+    source = textwrap.dedent("""\
+        import torch
+        def f():
+            total = torch.cuda.get_device_properties(0).total_memory
+            budget = int(0.8 * total)
+            free, total_now = torch.cuda.mem_get_info()
+            used = 1 - free / total_now
+            peak = torch.cuda.max_memory_allocated() / 2**20
+            stats = torch.cuda.memory_stats()
+            return budget, used, peak, stats.get("x", 0), torch.cuda.memory_allocated()
+        """)
+    rows = _file_rows(
+        tmp_path,
+        source,
+        ("torch.cuda.get_device_properties", "torch.cuda.get_device_properties"),
+        ("torch.cuda.mem_get_info", "torch.cuda.mem_get_info"),
+        ("torch.cuda.max_memory_allocated", "torch.cuda.max_memory_allocated"),
+        ("torch.cuda.memory_stats", "torch.cuda.memory_stats"),
+        ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
+    )
+    new = assert_advice_is_the_patch(source, rows)
+    guard = "torch.accelerator.is_available()"
+    info = "torch.accelerator.get_memory_info"
+    said = "here (a stand-in, not a measurement)"
+    body = new.split("def f():\n")[1].splitlines()
+    assert body == [
+        f"    {MARK} without an accelerator `{info}(0)[1]` is 0 {said}",
+        f"    total = ({info}(0)[1] if {guard} else 0)",
+        "    budget = int(0.8 * total)",
+        f"    {MARK} without an accelerator `{info}()` is (0, 0) {said}; the division(s) by "
+        "`total_now` below are guarded",
+        f"    free, total_now = ({info}() if {guard} else (0, 0))",
+        "    used = 1 - (free / total_now if total_now else 0.0)",
+        f"    {MARK} without an accelerator `torch.accelerator.max_memory_allocated()` is 0 "
+        f"{said}; guard what is computed from it",
+        f"    peak = (torch.accelerator.max_memory_allocated() if {guard} else 0) / 2**20",
+        f"    stats = (torch.accelerator.memory_stats() if {guard} else {{}})",
+        '    return budget, used, peak, stats.get("x", 0), '
+        f"(torch.accelerator.memory_allocated() if {guard} else 0)",
+    ]
+    done = _child(new + "print(f())", PYTHONPATH="")
+    assert (done.returncode, done.stdout) == (0, "(0, 1.0, 0.0, 0, 0)\n"), done.stderr
+
+
+def test_autocast_advice_keeps_the_dtype(tmp_path: Path) -> None:
+    source = (
+        "import torch\nwith torch.autocast('cuda', dtype=torch.float16, enabled=True):\n    pass\n"
+    )
+    rows = _file_rows(tmp_path, source, ("torch.autocast", "torch.autocast"))
+    assert_advice_is_the_patch(source, rows)
+    assert guide.advice(rows[0]) == (
+        "`torch.autocast(device.type, dtype=torch.float16, enabled=True)`"
+    )
+
+
+_ACC = "torch.accelerator."
+
+
+@pytest.mark.parametrize(
+    ("call", "api", "version", "apis"),
+    [
+        ('torch.zeros(1, device="cuda")', "torch.zeros", (2, 7), ("current_accelerator",)),
+        ("torch.cuda.synchronize()", "torch.cuda.sync", (2, 6), ("is_available", "synchronize")),
+        ("torch.cuda.memory_allocated()", "torch.cuda.memory", (2, 9), ("memory_allocated",)),
+        ("torch.cuda.mem_get_info()", "torch.cuda.mem_get_info", (2, 10), ("get_memory_info",)),
+        ("torch.cuda.device(0)", "torch.cuda.device", (2, 8), ("device_index",)),
+    ],
+)
+def test_the_patch_says_which_torch_it_needs(
+    call: str, api: str, version: tuple[int, int], apis: tuple[str, ...], tmp_path: Path
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text(f"import torch\nx = {call}\n", encoding="utf-8")
+    name = "torch.cuda." + call.split("(", maxsplit=1)[0].rsplit(".", 1)[1]
+    rows = entries_for(script.read_text(), (name if api.startswith("torch.cuda") else api, api))
+    rows = [dataclasses.replace(row, site=CallSite(str(script), 2, "f")) for row in rows]
+    result = port_report(MigrationReport("cpu host", tuple(rows)), tmp_path)
+    apis = tuple(_ACC + name for name in apis)
+    assert result.needs == (version, apis)
+    first, rest = result.patch.split("\n", 1)
+    needs = f"torch {version[0]}.{version[1]} or later (for {', '.join(apis)})"
+    assert first == f"{MARK} the patched code needs {needs}"
+    assert rest.startswith("diff --git a/t.py b/t.py\n")
+    # The oldest of them is what this torch has or newer; git apply reads past the line.
+    assert tuple(int(part) for part in torch.__version__.split(".")[:2]) >= version
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply"], cwd=tmp_path, input=result.patch, text=True, check=True)
+    assert call not in script.read_text()
+
+
+def test_the_port_says_when_this_environments_torch_is_older_than_the_patch_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("import torch\nx = torch.cuda.mem_get_info()\n", encoding="utf-8")
+    rows = entries_for(script.read_text(), ("torch.cuda.mem_get_info", "torch.cuda"))
+    raw = MigrationReport("cpu host", tuple(rows)).to_dict()
+    raw["entries"][0]["file"] = str(script)
+    (tmp_path / "r.json").write_text(json.dumps(raw), encoding="utf-8")
+    argv = ["port", "--report", str(tmp_path / "r.json"), "--root", str(tmp_path)]
+    assert cli.main(argv) == 0
+    assert "this environment has torch" not in capsys.readouterr().err  # 2.13 >= 2.10
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "2.9.1+cpu")
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2] == (
+        "torchdevice port: the patched code needs torch 2.10 or later (for "
+        "torch.accelerator.get_memory_info); this environment has torch 2.9.1+cpu"
+    )
+    assert err[-1] == "torchdevice port: 1 file(s) changed, 0 skipped"

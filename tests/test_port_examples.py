@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -24,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from childenv import clean_env
+from torchdevice.port_rules import advise, ported_call
 from torchdevice.reporting import MigrationReport
+from torchdevice.reporting.guide import origin
 from torchdevice.tools.port import MARK, port_report
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -69,10 +72,20 @@ NOT_PORTED = {
 }
 
 
+#: Scripts of the kinds people write (issue 28): a CUDA training loop, a CUDA inference
+#: script, an MPS-first script (the example), and the device-choice idiom in its CUDA and
+#: MPS forms. Each is ported from its redirected run and runs natively twice, on this CPU
+#: host and with a non-CUDA accelerator present (the simulated one, torchdevice not
+#: enabled): each run prints the same ``RESULT`` line as the redirected run.
+ROUND_TRIPS = ("cuda_training_loop.py", "cuda_inference.py", "device_choices.py", "mps_first.py")
+
+
 def test_every_example_is_ported_or_says_why_not() -> None:
     examples = {path.name for path in EXAMPLES.glob("*.py")}
-    assert examples == (examples & set(CASES)) | set(NOT_PORTED)
-    assert {path.name for path in SCRIPTS.glob("*.py")} <= set(CASES)
+    ported = set(CASES) | set(ROUND_TRIPS)
+    assert examples == (examples & ported) | set(NOT_PORTED)
+    assert {path.name for path in SCRIPTS.glob("*.py")} <= ported
+    assert not set(CASES) & set(ROUND_TRIPS)
 
 
 #: A ``torchdevice`` package that fails on import: first on the native run's path, so the
@@ -98,6 +111,20 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
     return subprocess.run(
         command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False
     )
+
+
+def _apply(repo: Path, patch: str) -> None:
+    """``git apply`` the patch in ``repo``, as a user does: no hand edit."""
+    applied = subprocess.run(
+        ["git", "apply", "-"],
+        cwd=repo,
+        input=patch,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr + patch
 
 
 def _failing_line(stderr: str, script: Path) -> int:
@@ -150,16 +177,7 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
     result = port_report(report, repo)
     assert [file.path for file in result.files] == [name]
     assert all(why.startswith("not yours (") for _, why in result.skipped), result.skipped
-    applied = subprocess.run(
-        ["git", "apply", "-"],
-        cwd=repo,
-        input=result.patch,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert applied.returncode == 0, applied.stderr + result.patch
+    _apply(repo, result.patch)
     ported = script.read_text(encoding="utf-8")
     assert ported == result.files[0].new
 
@@ -191,3 +209,88 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
         assert outcome in native.stderr, output
         comments = _comments_before(ported, _failing_line(native.stderr, script))
         assert any(comment in text for text in comments), f"{comments}\n{output}"
+
+
+#: The ported script, run with the simulated accelerator registered first and torchdevice
+#: not enabled (checked after the run): ``torch.accelerator`` answers that device, which is
+#: not CUDA, as on a Mac.
+ON_SIMULATED = """\
+import runpy, sys
+import torch
+import torchdevice.runtime
+import torchdevice.testing
+torchdevice.testing.register()
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    assert torchdevice.runtime.active() is None, "torchdevice was enabled"
+    print("accelerator:", torch.accelerator.current_accelerator(check_available=True))
+"""
+
+
+def _result(stdout: str) -> list[float]:
+    """The numbers of a run's ``RESULT`` line."""
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT")]
+    assert len(lines) == 1, stdout
+    return [float(word.split("=")[-1]) for word in lines[0].split()[1:]]
+
+
+def _same(got: list[float], want: list[float]) -> bool:
+    return len(got) == len(want) and all(
+        math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6) for a, b in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize("name", ROUND_TRIPS)
+def test_a_ported_script_runs_natively_on_the_cpu_and_beside_another_accelerator(
+    name: str, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    script = repo / name
+    shutil.copy(SCRIPTS / name if (SCRIPTS / name).exists() else EXAMPLES / name, script)
+    original = script.read_text(encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, timeout=60)
+    python = [sys.executable, *(["-X", "dev"] if sys.flags.dev_mode else [])]
+    env = {**clean_env(), "OMP_NUM_THREADS": "1"}
+
+    # 1. Redirected: the report and the result the ported runs must give.
+    report_path = tmp_path / "report.json"
+    command = [*python, "-m", "torchdevice", "run", "--report", str(report_path), str(script)]
+    redirected = _run(command, repo, env)
+    assert redirected.returncode == 0, redirected.stdout + redirected.stderr
+    want = _result(redirected.stdout)
+    raw = json.loads(report_path.read_text(encoding="utf-8"))
+    report = MigrationReport.from_dict(raw)
+
+    # 2. Ported from that report, patched with git apply: no hand edit.
+    result = port_report(report, repo)
+    _apply(repo, result.patch)
+    ported = script.read_text(encoding="utf-8")
+    output = f"patch:\n{result.patch}"
+
+    # The report's advice for each of the script's rows is what the patch wrote there.
+    own = [row for row in raw["entries"] if origin(row["file"]) is None]
+    assert own, raw
+    for entry, row in zip(report.entries, raw["entries"], strict=True):
+        if row not in own:
+            continue
+        assert row["advice"] == advise(original, entry), row
+        code, notes = ported_call(original, entry) or (None, ())
+        if code:
+            assert " ".join(code.split()) in " ".join(ported.split()), (row, output)
+        assert all(note in ported for note in notes), (row, output)
+
+    # 3. Natively on this CPU host, torchdevice unimportable.
+    native = _run([*python, str(script)], repo, _native_env(tmp_path / "poison"))
+    said = f"{output}\nstdout:\n{native.stdout}\nstderr:\n{native.stderr}"
+    assert native.returncode == 0, said
+    assert _same(_result(native.stdout), want), (want, said)
+
+    # 4. Natively beside a non-CUDA accelerator: the simulated one, torchdevice not enabled.
+    beside = _run([*python, "-c", ON_SIMULATED, str(script)], repo, env)
+    said = f"{output}\nstdout:\n{beside.stdout}\nstderr:\n{beside.stderr}"
+    assert beside.returncode == 0, said
+    assert beside.stdout.splitlines()[-1] == "accelerator: simgpu", said
+    assert _same(_result(beside.stdout), want), (want, said)

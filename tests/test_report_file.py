@@ -87,16 +87,23 @@ def test_a_text_path_gets_the_text_report(tmp_path: Path) -> None:
 
 
 def test_an_unwritable_report_goes_to_stderr_with_one_line_saying_why(tmp_path: Path) -> None:
-    out = tmp_path / "missing-directory" / "report.json"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    out = blocker / "report.json"  # below a file: its folder cannot be made
     done = _run(tmp_path, "", ACTIVATE_TORCH_DEVICE="1", TORCHDEVICE_REPORT=str(out))
     assert done.returncode == 0, done.stderr  # the script's own status
     assert not out.exists()
     lines = done.stderr.splitlines()
-    assert lines[0] == (
-        f"torchdevice: cannot write the migration report to {out} (No such file or directory); "
+    assert lines[0].startswith("torchdevice: on (ACTIVATE_TORCH_DEVICE), redirecting to ")
+    assert lines[1] == (
+        f"torchdevice: cannot write the migration report to {out} (Not a directory); "
         "it follows here instead:"
     )
-    assert lines[1].startswith("torchdevice migration report (")
+    assert lines[2].startswith("torchdevice migration report (")
+    assert lines[-1].endswith(
+        "TORCHDEVICE_REPORT=report.json writes the migration report "
+        "(python -m torchdevice SCRIPT prints it)"
+    )
     assert any("train.py:4 in <module>(): torch.zeros(cuda) -> cpu:0 x1" in x for x in lines)
 
 

@@ -112,7 +112,9 @@ except SettingsError as _error:
 
 if _requested:
     from torchdevice.activation import enable_for as _enable_for
+    from torchdevice.announce import from_environment as _from_environment
     from torchdevice.program import of_main as _of_main
 
     # The program is __main__: the code that imports torch here may be any library's.
-    _enable_for(_of_main, {})
+    # Enabled with one line on stderr in the run's first process.
+    _from_environment(lambda: _enable_for(_of_main, {}))

@@ -40,6 +40,7 @@ from torchdevice.policy import (
     is_inplace,
     pins,
 )
+from torchdevice.reporting.guide import origin
 from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import (
@@ -87,10 +88,26 @@ def _placed(
     return device, decision.standing
 
 
-def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) -> None:
-    """Drop ``pin_memory=True`` where pinning cannot mean anything (``policy.pins``)."""
+_PIN_REASON = "pinned memory needs CUDA here: an ordinary copy"
+
+
+def _note_pin(rt: Runtime, api: str, requested: str, decided: str) -> None:
+    """Report a pin request torchdevice dropped, where the user's own code made it (not
+    DataLoader's pinning thread: natively that one only warns without an accelerator,
+    while ``x.pin_memory()`` and ``pin_memory=True`` raise)."""
+    frame = callsite.user_frame(1)
+    if frame is not None and origin(frame.f_code.co_filename) is None:
+        rt.note_event("device-api", api, requested, decided, _PIN_REASON)
+
+
+def _drop_pin(
+    rt: Runtime, device: torch.device | None, kwargs: dict[str, Any], func: Callable[..., Any]
+) -> None:
+    """Drop ``pin_memory=True`` where pinning cannot mean anything (``policy.pins``), and
+    report it: natively, without an accelerator, torch raises there."""
     if kwargs.get("pin_memory") and not pins(rt.host, None if device is None else device.type):
         kwargs["pin_memory"] = False
+        _note_pin(rt, api_name(func), "pin_memory=True", "pin_memory=False")
 
 
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
@@ -142,13 +159,13 @@ def factory(
         default = rt.default_device
         if default is None or kwargs.get("out") is not None:  # out= decides the device
             if kwargs.get("pin_memory"):
-                _drop_pin(rt, None, kwargs)
+                _drop_pin(rt, None, kwargs, func)
             return func(*args, **kwargs)
         generator = kwargs.get("generator")
         if generator is not None and draws_on_generator(generator.device.type, default.type):
             return _drawn_then_moved(rt, func, args, kwargs, generator.device, default)
         kwargs["device"] = default
-        _drop_pin(rt, default, kwargs)
+        _drop_pin(rt, default, kwargs, func)
         if rt.float64_device is not None:
             _factory_dtype(rt, func, args, kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
@@ -159,7 +176,7 @@ def factory(
     device, wanted = _placed(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
-        _drop_pin(rt, device, kwargs)
+        _drop_pin(rt, device, kwargs, func)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     if func in _DATA_FACTORIES and args:
@@ -335,7 +352,7 @@ def explicit_factory(
     device, wanted = _placed(rt, request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
-        _drop_pin(rt, device, kwargs)
+        _drop_pin(rt, device, kwargs, func)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     result = func(*args, **kwargs)
@@ -701,6 +718,7 @@ def pin_memory(
         return tensor
     if pins(rt.host, "cpu"):
         return func(*args, **kwargs)
+    _note_pin(rt, "Tensor.pin_memory", "cuda", "cpu")
     return tensor.clone()
 
 

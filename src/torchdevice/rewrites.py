@@ -22,12 +22,15 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "BACKENDS_MPS_API",
     "DEVICE_API",
     "DEVICE_EXPRESSION",
     "GUARD",
     "HELPERS",
     "HELPER_NEEDS",
+    "SINCE",
     "Rewrite",
+    "device_type_of",
     "helper_closure",
     "rewrite_for",
 ]
@@ -41,7 +44,13 @@ DEVICE_EXPRESSION: Final = (
 GUARD: Final = "torch.accelerator.is_available()"
 
 #: How a call is rewritten (see :meth:`Rewrite.code`).
-Form = Literal["call", "guarded", "statement", "context", "expression", "helper", "none"]
+Form = Literal["call", "guarded", "statement", "context", "expression", "helper", "keep", "none"]
+
+
+def device_type_of(api: str) -> str:
+    """The device type a device-module API is written for: ``cuda`` for ``torch.cuda.X``,
+    ``mps`` for ``torch.mps.X`` and ``torch.backends.mps.X``."""
+    return "mps" if api.startswith("torch.backends.mps.") else api.split(".")[1]
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,9 @@ class Rewrite:
     ``statement`` is a call made for its effect, done only where there is an accelerator;
     ``context`` passes its index only where there is an accelerator (``None`` is a no-op
     device context); ``expression`` is ``target`` with ``{args}`` and ``{device}`` filled
-    in; ``helper`` calls a helper of :data:`HELPERS` that the patch defines; ``none`` has
-    no device-agnostic form. ``why`` is what the advice adds, and the comment the patch
+    in; ``helper`` calls a helper of :data:`HELPERS` that the patch defines; ``keep`` is
+    left as it is, since it runs everywhere (with a comment saying why); ``none`` has no
+    device-agnostic form. ``why`` is what the advice adds, and the comment the patch
     leaves for ``none`` and where ``comment`` is set; ``example`` the arguments the advice
     shows.
     """
@@ -82,12 +92,15 @@ class Rewrite:
         return ""
 
     def advice(self, api: str, device: str = "device") -> str:
-        """The report's one-line advice for a call of ``api`` (the same code as the patch)."""
+        """The report's one-line advice for a call of ``api`` whose source it cannot read
+        (the same code as the patch, with :attr:`example` for the call's arguments)."""
         if self.form == "none":
             return (
                 f"no device-agnostic equivalent of `{api}`: {self.why}; keep it behind "
-                f'`if {device}.type == "{api.split(".")[1]}":`'
+                f'`if {device}.type == "{device_type_of(api)}":`'
             )
+        if self.form == "keep":
+            return f"no change: {self.why}"
         text = f"`{self.code(device=device)}`"
         return f"{text} ({self.why})" if self.why else text
 
@@ -140,8 +153,8 @@ DEVICE_API: Final[dict[str, Rewrite]] = {
     ),
     "get_device_properties": Rewrite(
         "none",
-        why="device properties (total_memory, multi_processor_count, major/minor) "
-        "have no device-agnostic API",
+        why="device properties (multi_processor_count, major/minor, name) have no "
+        "device-agnostic API; `.total_memory` is torch.accelerator.get_memory_info()[1]",
     ),
     "get_device_capability": Rewrite(
         "none",
@@ -164,12 +177,69 @@ DEVICE_API: Final[dict[str, Rewrite]] = {
     ),
 }
 
+#: ``torch.backends.mps.X`` calls, which MPS-first code makes, by the name after the module.
+BACKENDS_MPS_API: Final[dict[str, Rewrite]] = {
+    "is_available": Rewrite("call", "torch.accelerator.is_available"),
+    "is_built": Rewrite(
+        "keep",
+        why="whether this torch was built with MPS is a question about the build, and "
+        "it answers everywhere (False off a Mac)",
+    ),
+    "get_name": Rewrite(
+        "expression",
+        "str({device})",
+        comment=True,
+        why="device names have no device-agnostic API: this shows the device",
+    ),
+    "get_core_count": Rewrite("none", why="the Apple GPU's core count has no device-agnostic API"),
+}
+
 _UNKNOWN = Rewrite("none", why="torchdevice knows no device-agnostic form")
 
 
 def rewrite_for(api: str) -> Rewrite:
-    """The rewrite of ``api`` (``torch.cuda.synchronize``; an unknown one has none)."""
-    return DEVICE_API.get(api.rsplit(".", 1)[-1], _UNKNOWN)
+    """The rewrite of ``api`` (``torch.cuda.synchronize``, ``torch.backends.mps.get_name``;
+    an unknown one has none)."""
+    table = BACKENDS_MPS_API if api.startswith("torch.backends.mps.") else DEVICE_API
+    return table.get(api.rsplit(".", 1)[-1], _UNKNOWN)
+
+
+#: The torch release that brought each API the patch writes (``(major, minor)``), from
+#: PyTorch's release history: ``torch.accelerator`` came in 2.6 (with
+#: ``current_device_index``/``set_device_index``); ``current_accelerator(check_available=)``
+#: in 2.7; the ``device_index`` context in 2.8; the memory statistics and ``empty_cache`` in
+#: 2.9; ``get_memory_info`` in 2.10. The patch's first line states the newest it uses.
+SINCE: Final[dict[str, tuple[int, int]]] = {
+    **dict.fromkeys(
+        (
+            "torch.accelerator.is_available",
+            "torch.accelerator.device_count",
+            "torch.accelerator.current_device_index",
+            "torch.accelerator.set_device_index",
+            "torch.accelerator.synchronize",
+            "torch.accelerator.current_stream",
+            "torch.accelerator.set_stream",
+            "torch.distributed.get_default_backend_for_device",
+        ),
+        (2, 6),
+    ),
+    "torch.accelerator.current_accelerator": (2, 7),
+    "torch.accelerator.device_index": (2, 8),
+    **dict.fromkeys(
+        (
+            "torch.accelerator.memory_allocated",
+            "torch.accelerator.max_memory_allocated",
+            "torch.accelerator.memory_reserved",
+            "torch.accelerator.max_memory_reserved",
+            "torch.accelerator.memory_stats",
+            "torch.accelerator.empty_cache",
+            "torch.accelerator.reset_peak_memory_stats",
+            "torch.accelerator.reset_accumulated_memory_stats",
+        ),
+        (2, 9),
+    ),
+    "torch.accelerator.get_memory_info": (2, 10),
+}
 
 
 #: Helpers the patch defines once per file, after the device binding: name -> source.

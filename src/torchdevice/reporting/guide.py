@@ -8,9 +8,11 @@ any device with today's PyTorch (``torch.accelerator``, ``torch.Event``,
 end of a run: the user's own files first, grouped by file and line, then the libraries'
 call sites apart (a library that hard-codes ``"cuda"`` is worth knowing, but it is not a
 line the user wrote), and on a big run only the most frequent lines, the rest being in
-the JSON report. The device-API rows come from :mod:`torchdevice.rewrites`, the
-table ``torchdevice port`` writes its patch from, so advice and patch say the same;
-``docs/porting.md`` is that table for porting by hand.
+the JSON report. A row whose file can be read gets the port's own rewrite of that call
+(:func:`torchdevice.port_rules.advise`: the call's own arguments, the comment the patch
+leaves), so advice and patch say the same; a row whose file cannot be read (a report read
+elsewhere) gets the general form from :mod:`torchdevice.rewrites`, the table
+``docs/porting.md`` shows for porting by hand.
 """
 
 from __future__ import annotations
@@ -22,29 +24,20 @@ import sysconfig
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
-from torchdevice.callsite import CallSite
-from torchdevice.rewrites import DEVICE_EXPRESSION, rewrite_for
+from torchdevice import port_rules
+from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, rewrite_for
 
 __all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
 
 
-class Entry(Protocol):
+class Entry(port_rules.PortEntry, Protocol):
     """What the guide reads of a report row (:class:`torchdevice.reporting.entries.Entry`):
-    a protocol, so that the rows, which give their advice from here, sit above the guide
-    and the package's imports run one way."""
+    what the port reads, and what was decided, how often. A protocol, so that the rows,
+    which give their advice from here, sit above the guide and the package's imports run
+    one way."""
 
     @property
-    def site(self) -> CallSite: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def api(self) -> str: ...
-    @property
-    def requested(self) -> str: ...
-    @property
     def decided(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
     @property
     def count(self) -> int: ...
 
@@ -58,7 +51,7 @@ _APIS: Final[dict[str, str]] = {
     "Tensor.cuda": "`.to(device)` (keep `non_blocking=` if given)",
     "Module.cuda": "`.to(device)`",
     "torch.device": "`device` itself (chosen once, as above)",
-    "torch.autocast": "`torch.autocast(device.type)`",
+    "torch.autocast": "`torch.autocast(device.type)` (keep the call's other arguments)",
     "torch.amp.GradScaler": "`torch.amp.GradScaler(device.type)`",
     "torch.load": "`map_location=device`",
     "torch.distributed.init_process_group": "`backend=torch.distributed."
@@ -95,13 +88,21 @@ def to_change(entry: Entry) -> bool:
 
 
 def advice(entry: Entry) -> str:
-    """What the call of ``entry`` becomes in device-agnostic code (one line)."""
+    """What the call of ``entry`` becomes in device-agnostic code (one line): the port's
+    rewrite of the call where its file can be read, else the general form."""
+    ported = _ported(entry)
+    if ported is not None:
+        return ported
     if entry.kind == "override":
         return "`cpu:-1` is torchdevice's CPU override: use `cpu`"
     if entry.kind == "fallback":
         return "no change: the op ran on the CPU because the device lacks it"
     if entry.kind == "dtype":
         return "no change needed; MPS has no float64, so use float32 where the device is MPS"
+    if entry.api == "Tensor.pin_memory":
+        return f"`(x.pin_memory() if {GUARD} else x)` (pinned memory needs an accelerator)"
+    if entry.requested == "pin_memory=True":
+        return f"`pin_memory={GUARD}` (pinned memory needs an accelerator)"
     if entry.kind == "device-api":
         return rewrite_for(entry.api).advice(entry.api)
     if _distributed(entry):
@@ -111,6 +112,16 @@ def advice(entry: Entry) -> str:
     if entry.api.startswith(("torch.cuda.", "torch.mps.")):  # legacy typed tensors
         return "a factory with `dtype=` and `device=device`"
     return _APIS.get(entry.api, _DEVICE_ARG)
+
+
+def _ported(entry: Entry) -> str | None:
+    """The port's rewrite of ``entry``'s call in the user's file (``None``: a library's
+    file, or one that cannot be read or no longer holds the call)."""
+    filename = entry.site.filename
+    if filename.startswith("<") or origin(filename) is not None:
+        return None
+    text = "".join(linecache.getlines(filename))
+    return port_rules.advise(text, entry) if text else None
 
 
 def _library_roots() -> tuple[str, ...]:

@@ -114,8 +114,11 @@ class MigrationReport:
         return self.to_text()
 
     def write(self, path: Path) -> None:
-        """Write JSON if ``path`` ends in ``.json``, text otherwise."""
+        """Write JSON if ``path`` ends in ``.json``, text otherwise, making the missing
+        parent folders (the tools' one rule: :mod:`torchdevice.tools.outputs`)."""
         text = self.to_json() if path.suffix == ".json" else self.to_text()
+        if not path.parent.exists():  # (a file there: writing says "Not a directory")
+            path.parent.mkdir(parents=True)
         path.write_text(text + "\n", encoding="utf-8")
 
 

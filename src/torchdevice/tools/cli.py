@@ -34,6 +34,7 @@ from torchdevice.host import Host, forced_host, probe_host
 from torchdevice.policy import decide
 from torchdevice.settings import ENV_VARS, FIELDS, Settings, choices, load_settings
 from torchdevice.tools.options import split_leading
+from torchdevice.tools.outputs import unwritable
 
 __all__ = ["main"]
 
@@ -87,7 +88,7 @@ def _run(argv: Sequence[str], prog: str) -> int:
         parser.exit(2, f"{prog}: error: {exc}\n")
     report_path = ns.report if ns.report is not None else loaded.report_path
     if report_path is not None and not ns.no_report:
-        problem = _unwritable(report_path)
+        problem = unwritable(report_path)
         if problem:  # found now, not after a long run that then loses its report
             parser.exit(2, f"{prog}: error: cannot write the report to {report_path}: {problem}\n")
     if ns.module:
@@ -110,18 +111,6 @@ def _run(argv: Sequence[str], prog: str) -> int:
     else:
         parser.error("a SCRIPT or -m MODULE is required")
     return 0
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the report cannot be written to ``path`` (``None``: it can), without writing."""
-    if path.is_dir():
-        return "it is a directory"
-    if path.exists():
-        return None if os.access(path, os.W_OK) else "permission denied"
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        return f"no directory {str(parent)!r}"
-    return None if os.access(parent, os.W_OK | os.X_OK) else f"{str(parent)!r} is not writable"
 
 
 def _split(
@@ -247,7 +236,7 @@ def _port(argv: Sequence[str], prog: str) -> int:
     ns = parser.parse_args(ours)
     if (ns.report is None) == (not rest):
         parser.error("give either --report REPORT.json or a SCRIPT to run, not both")
-    problem = None if ns.output is None else _unwritable(ns.output)
+    problem = None if ns.output is None else unwritable(ns.output)
     if problem:  # found now, not after the script ran
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")
     pairs = _path_mappings(ns.paths, parser)  # checked before the script runs
@@ -296,12 +285,37 @@ def _port(argv: Sequence[str], prog: str) -> int:
         for note in file.notes:
             print(f"{prog}: {file.path}: left a comment: {note}", file=sys.stderr)
     if ns.output is not None:
+        ns.output.parent.mkdir(parents=True, exist_ok=True)  # the tools' one rule (outputs)
         ns.output.write_text(result.patch, encoding="utf-8")
     else:
         sys.stdout.write(result.patch)
+    older = _older_torch(result.needs[0])
+    if older:  # the patch's first line says what it needs; say it where it is not there
+        print(
+            f"{prog}: the patched code needs torch {result.needs[0][0]}.{result.needs[0][1]} "
+            f"or later (for {', '.join(result.needs[1])}); this environment has torch {older}",
+            file=sys.stderr,
+        )
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
     return 0
+
+
+def _older_torch(needed: tuple[int, int]) -> str | None:
+    """The installed torch's version when it is older than ``needed`` (``None``: it is
+    not, or cannot be read), without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        installed = version("torch")
+    except PackageNotFoundError:
+        return None
+    parts = installed.split("+")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+    return installed if (major, minor) < needed else None
 
 
 def _path_mappings(given: Sequence[str], parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
@@ -362,6 +376,9 @@ def _combine(argv: Sequence[str], prog: str) -> int:
         "`torchdevice port --root` reads in another checkout",
     )
     ns = parser.parse_args(list(argv))
+    problem = None if ns.output is None else unwritable(ns.output)
+    if problem:
+        parser.exit(2, f"{prog}: error: cannot write {str(ns.output)!r}: {problem}\n")
     pairs = _path_mappings(ns.paths, parser)
     report = relocate(_read_reports(ns.reports, parser, prog), pairs, ns.relative_to)
     if ns.output is None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from torchdevice import activation, logs, program
+from torchdevice import activation, announce, logs, program
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 
@@ -146,6 +146,8 @@ def _run(
     if not quiet:
         _prepare_report(report_path)
         atexit.register(_emit_report, report_path, sys.stderr)
+        if report_parts.role() != "writer":  # a launcher a redirected run started: silent
+            print(announce.start_line(), file=sys.stderr, flush=True)
     try:
         with _argv(argv, path0):
             target()

@@ -67,6 +67,7 @@ from torchdevice.host import HOST_CHOICES
 from torchdevice.reporting import MigrationReport, merge
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
+from torchdevice.tools.outputs import unwritable
 
 if TYPE_CHECKING:
     from torchdevice.runtime import Runtime
@@ -114,6 +115,8 @@ class _State:
     worker_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: The merged report, once written.
     written: MigrationReport | None = None
+    #: Where it was written (``None``: not to a file, or the file could not be written).
+    written_to: str | None = None
 
 
 _STATE = pytest.StashKey[_State]()
@@ -258,6 +261,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     requested = bool(
         known.torchdevice_enabled or known.torchdevice_host or early_config.getini("torchdevice")
     )
+    _check_report_path(early_config)
     try:
         activation_requested()
     except SettingsError as exc:
@@ -268,6 +272,16 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         )
     if requested:
         _start(early_config, known.torchdevice_host)
+
+
+def _check_report_path(config: pytest.Config) -> None:
+    """A report path that cannot be written is a usage error before any test runs, not a
+    traceback after all of them that loses the report and pytest's summary (the tools'
+    one rule: :mod:`torchdevice.tools.outputs`; missing parent folders are made)."""
+    path = _report_path(config)
+    problem = None if path is None else unwritable(Path(path))
+    if problem:
+        raise pytest.UsageError(f"--torchdevice-report {path}: cannot write it: {problem}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -281,6 +295,8 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{SKIP_MARKER}: report this test as skipped if it raises "
         "torchdevice.UnsupportedFeatureError (a CUDA-only feature this host cannot run)",
     )
+    if not _is_worker(config):
+        _check_report_path(config)  # loaded too late for the hook above (`-p`, pytester)
     if _asked(config):
         _start(config, config.getoption("torchdevice_host"))  # e.g. via `pytest_plugins`
     config.pluginmanager.register(_SkipUnsupported(config), "torchdevice-skip-unsupported")
@@ -378,10 +394,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     workers = [MigrationReport.from_dict(report) for report in state.worker_reports]
     merged = merge([own, *workers], own.host)
-    if path is not None:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        merged.write(target)
+    if path is not None and report_file.write(merged, Path(path)):
+        state.written_to = path  # else it was printed, after the line that says why
     state.written = merged
 
 
@@ -392,7 +406,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if state is None or state.written is None:
         return
     report = state.written
-    path = _report_path(config)
+    path = state.written_to
     where = (
         f"migration report written to {path}"
         if path is not None

@@ -28,6 +28,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -44,7 +45,10 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 namespace torchdevice_simulated {
 namespace {
@@ -103,7 +107,12 @@ void release_block(void* context) {
   delete block;
 }
 
-struct DeviceAllocator final : c10::Allocator {
+// A c10::DeviceAllocator, as CUDA's, MPS's and XPU's are: torch.accelerator's memory API
+// (memory_allocated, max_memory_allocated, memory_stats, empty_cache, get_memory_info...)
+// asks the device's allocator through it, so code ported to torch.accelerator runs here.
+// Memory is host memory: allocated = reserved = active, and get_memory_info answers the
+// host's free and total physical memory.
+struct DeviceAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
     auto* block = new Block{data, static_cast<int64_t>(nbytes), c10::Storage()};
@@ -113,6 +122,50 @@ struct DeviceAllocator final : c10::Allocator {
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
+  }
+
+  bool initialized() override {
+    return true;
+  }
+
+  // Nothing is cached: freed memory goes back to the host at once.
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+
+  // Work is synchronous: no stream can still be using freed memory.
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_index(device);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    for (auto* stat : {&stats.allocated_bytes[all], &stats.reserved_bytes[all],
+                       &stats.active_bytes[all], &stats.requested_bytes[all]}) {
+      stat->current = allocated_now.load();
+      stat->peak = allocated_peak.load();
+    }
+    return stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_index(device);
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_index(device);
+    allocated_peak.store(allocated_now.load());
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_index(device);
+    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const auto total = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page;
+#ifdef _SC_AVPHYS_PAGES
+    const auto free = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+#else
+    const auto used = static_cast<size_t>(std::max<int64_t>(allocated_now.load(), 0));
+    const auto free = total > used ? total - used : 0;
+#endif
+    return {free, total};
   }
 };
 

@@ -23,6 +23,7 @@ from torchdevice.tools.compare.model import RunResult, TestResult, compare_runs
 from torchdevice.tools.compare.render import rate, write
 from torchdevice.tools.compare_plugin import CHECK_VAR, ENV_VAR
 from torchdevice.tools.options import split_leading
+from torchdevice.tools.outputs import unwritable
 
 __all__ = ["Interrupted", "check_arguments", "main", "read_results", "run_pytest"]
 
@@ -314,7 +315,16 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
         load_settings({"host": ns.host} if ns.host else None)
     except SettingsError as exc:
         parser.exit(2, f"{prog}: error: {exc}\n")
-    status, text = check_arguments(pytest_args)
+    problem = unwritable(output, directory=True)
+    if problem:
+        parser.exit(2, f"{prog}: error: cannot write the reports to {str(output)!r}: {problem}\n")
+    try:
+        status, text = check_arguments(pytest_args)
+    except KeyboardInterrupt:  # pytest's own pre-check stopped with it: nothing ran yet
+        print(
+            f"{prog}: interrupted before either run started; nothing was written", file=sys.stderr
+        )
+        return 130
     if status == 4:
         parser.exit(2, f"{prog}: error: pytest: {_usage_line(text)}\n")
     output.mkdir(parents=True, exist_ok=True)
