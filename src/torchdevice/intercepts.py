@@ -53,6 +53,8 @@ __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
 # torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
 _is_tracing = is_tracing
+#: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
+_DEVICE = torch.device
 
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
@@ -79,7 +81,7 @@ def _placed(
     decision, device = rt.place(request, func)
     if _is_tracing() or _compiler._is_compiling_flag:
         return device, None
-    if type(request) is torch.device:  # a remembered device object knows its standing
+    if type(request) is _DEVICE:  # a remembered device object knows its standing
         return device, requested(request, decision.standing)
     return device, decision.standing
 
@@ -91,6 +93,9 @@ def _drop_pin(rt: Runtime, device: torch.device | None, kwargs: dict[str, Any]) 
 
 
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+# torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
+# the wrapper, and the handler is handed the original.
+_AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
 
 
 def _narrow_float64(
@@ -182,10 +187,10 @@ def _from_data(
     if wanted is None:
         return func(*args, **kwargs)
     source: Standing = standing(data) if isinstance(data, torch.Tensor) else "host"
-    if source != wanted and func is torch.asarray and kwargs.get("copy") is None:
+    if source != wanted and func is _ASARRAY and kwargs.get("copy") is None:
         kwargs["copy"] = True
     result = func(*args, **kwargs)
-    if source != wanted and func is torch.as_tensor and _aliases(result, data):
+    if source != wanted and func is _AS_TENSOR and _aliases(result, data):
         result = result.clone()
     return mark(result, wanted)
 
@@ -407,7 +412,7 @@ def parse_to(
     written = args, kwargs
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 0)
     request = written[1].get("device", written[0][0] if written[0] else None)
-    if type(request) is not torch.device or requested(request, None) is None:
+    if type(request) is not _DEVICE or requested(request, None) is None:
         try:  # a remembered object (Module.cuda's, below) is not as written: decided
             return func(*written[0], **written[1])
         except RuntimeError:  # "cpu:-1": only the decided device can say it

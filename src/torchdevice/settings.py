@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_VARS",
     "FIELDS",
+    "Intercept",
     "LogLevel",
     "Options",
     "Settings",
@@ -47,6 +48,9 @@ __all__ = [
 ]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+#: How device requests are seen (docs/tiers.md): a function mode, or wrappers on the
+#: device-taking entry points.
+Intercept = Literal["mode", "entry-points"]
 
 
 def setting(
@@ -71,6 +75,7 @@ class Options(TypedDict, total=False):
     report_path: str | os.PathLike[str] | None
     fallback: bool
     cuda_available: bool
+    intercept: Intercept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +133,20 @@ class Settings:
     Libraries such as Accelerate pick multi-GPU paths and NCCL when CUDA answers true; set it
     false to make them take their CPU/MPS paths instead.
     """
+    intercept: Intercept = field(
+        default="mode",
+        metadata=setting(
+            env="TORCHDEVICE_INTERCEPT",
+            flag="--intercept",
+            flag_help="how device requests are seen: mode (default: a function mode sees every "
+            "torch call) or entry-points (wrappers on the functions that take a device; ops "
+            "without one run native: docs/tiers.md)",
+        ),
+    )
+    """How device requests are seen: 'mode' (a TorchFunctionMode sees every torch call, per
+    thread: the default) or 'entry-points' (wrappers on the functions that take a device, no
+    mode: every other op runs native, at native speed; docs/tiers.md says what differs and
+    which to pick)."""
 
 
 #: The option names, in declaration order.
