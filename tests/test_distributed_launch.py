@@ -18,6 +18,8 @@ import torch
 from launches import free_port as _free_port
 from launches import run as _run
 
+pytestmark = pytest.mark.usefixtures("tier")  # both tiers (conftest.py)
+
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "ddp_nccl.py"
 ON_SIMGPU = SCRIPTS / "on_simgpu.py"

@@ -33,7 +33,10 @@ needs_lightning = pytest.mark.skipif(
 needs_accelerate = pytest.mark.skipif(
     importlib.util.find_spec("accelerate") is None, reason="accelerate is not installed"
 )
-pytestmark = pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on a CPU-only host")
+pytestmark = [
+    pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on a CPU-only host"),
+    pytest.mark.usefixtures("tier"),  # both tiers (conftest.py)
+]
 
 
 def run_redirected(script: str, *args: str, **env: str) -> dict[str, object]:
