@@ -138,6 +138,29 @@ def test_fabric_gpu_16_mixed_on_the_simulated_mps_host():
     assert facts["losses_finite"] is True
 
 
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
+)
+
+
+@needs_accelerate
+@needs_transformers
+def test_from_pretrained_device_map_auto_and_integer_devices():
+    """``from_pretrained(device_map="auto")``: Accelerate sees one CUDA device and places
+    every weight with ``set_module_tensor_to_device(..., 0)``, whose ``torch.device(0)``
+    must read ``cuda:0`` as written (natively an error on a CPU-only host); the loaded model
+    generates the tokens of the model it was saved from."""
+    facts = run_redirected("hf_device_map.py")
+    assert facts["device_0"] == "cuda:0"
+    assert facts["parameter_devices"] == ["cpu"]
+    assert facts["model_device"] == "cpu"
+    assert facts["same_weights"] is True
+    assert facts["same_tokens"] is True
+    assert facts["set_device"] == "cpu"
+    assert facts["set_value"] == [[3.0, 3.0], [3.0, 3.0]]
+    assert facts["set_is_parameter"] is True
+
+
 @needs_accelerate
 def test_accelerate_gpu_only_checks_of_its_own_suite_pass():
     """The GPU-only tests of Accelerate's suite that read the device it chose (they lost
