@@ -39,7 +39,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("native", "do-nothing mode", "mode", "entry-points")
@@ -105,7 +104,8 @@ def child(workload: str, side: str, units: int) -> None:
     run, per = _build(workload, side)
     run()
     run()
-    subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
+    switch_on = ["callgrind_control", "-i", "on", str(os.getpid())]
+    subprocess.run(switch_on, check=True, capture_output=True)
     # Results dropped as they come (a list would keep them all, and the garbage collector's
     # passes over them would be counted).
     collections.deque(itertools.starmap(run, itertools.repeat((), units)), maxlen=0)

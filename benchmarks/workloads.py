@@ -562,6 +562,16 @@ def markdown(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _print_header(quick: bool, device: str) -> None:
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
+        f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s), "
+        f"{platform.machine()}{' (quick)' if quick else ''}; native side on {device}"
+        f"{f' ({torch.cuda.get_device_name()})' if device == 'cuda' else ''}",
+        flush=True,
+    )
+
+
 def _load(load: tuple[float, float, float]) -> str:
     return ", ".join(f"{value:.2f}" for value in load)
 
@@ -580,18 +590,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if torchdevice.is_enabled():  # ACTIVATE_TORCH_DEVICE=1 in the environment
         torchdevice.disable()
-    print(
-        f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
-        f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s), "
-        f"{platform.machine()}{' (quick)' if args.quick else ''}; native side on {device}"
-        f"{f' ({torch.cuda.get_device_name()})' if device == 'cuda' else ''}",
-        flush=True,
-    )
+    _print_header(args.quick, device)
     summaries: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
     errors: dict[str, str] = {}
-    started = time.perf_counter()
-    loads = [os.getloadavg()]  # the machine may be shared: say how loaded it was
+    started, loads = time.perf_counter(), [os.getloadavg()]  # the machine may be shared
     print(f"load average at start: {_load(loads[0])}", flush=True)
     for key in args.only or list(WORKLOADS):
         begun = time.perf_counter()
@@ -620,8 +623,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nskipped {key}: {reason}")
     for key, message in errors.items():
         print(f"\nFAILED {key}: ...{message[-500:]}")
-    print(f"\nmeasured in {elapsed:.0f} s; load average (1, 5, 15 min) at start and after each")
-    print("workload: " + "; ".join(_load(load) for load in loads))
+    print(
+        f"\nmeasured in {elapsed:.0f} s; load average (1, 5, 15 min) at start and after each "
+        "workload: " + "; ".join(_load(load) for load in loads)
+    )
     passed = (
         all(s["passed"] and s["entry_passed"] is not False for s in summaries.values())
         and not errors

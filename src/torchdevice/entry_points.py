@@ -54,7 +54,7 @@ from torchdevice.host import Host
 from torchdevice.intercepts import Handler, build_table, device_ctor, explicit_factory, factory
 from torchdevice.intercepts import tensor_to as tensor_to_handler
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import mark_placed, requested
+from torchdevice.transfers import mark_placed, moved, requested
 
 __all__ = [
     "GROUP",
@@ -85,13 +85,11 @@ _is_tracing = is_tracing
 _all_disabled = torch._C._is_torch_function_all_disabled
 
 
-class _Handling(threading.local):
-    """Per thread: whether a handler is running (its own torch calls go straight through)."""
-
-    busy = False
-
-
-_handling = _Handling()
+#: The threads (by ``threading.get_ident()``) on which a handler is running: their torch
+#: calls go straight through. A set rather than a ``threading.local``: the hot path reads
+#: one global and, while no handler runs anywhere, finds it empty.
+_busy: set[int] = set()
+_get_ident = threading.get_ident
 
 
 def _handled(
@@ -106,13 +104,14 @@ def _handled(
     state in a graph)."""
     if _is_tracing():
         return handler(rt, original, args, kwargs)
-    if _handling.busy or _all_disabled():
+    thread = _get_ident()
+    if thread in _busy or _all_disabled():
         return original(*args, **kwargs)
-    _handling.busy = True
+    _busy.add(thread)
     try:
         return handler(rt, original, args, kwargs)
     finally:
-        _handling.busy = False
+        _busy.discard(thread)
 
 
 def _wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
@@ -162,7 +161,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 or "pin_memory" in kwargs
                 or _is_tracing()  # before the thread-local read: dynamo traces this
                 or _compiler._is_compiling_flag
-                or _handling.busy
+                or (_busy and _get_ident() in _busy)
                 or _all_disabled()
             ):
                 kwargs["device"] = default
@@ -172,7 +171,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
             or "pin_memory" in kwargs
             or _is_tracing()
             or _compiler._is_compiling_flag
-            or _handling.busy
+            or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):
             try:
@@ -185,13 +184,18 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 result = original(*args, **kwargs)
                 if type(request) is REAL_DEVICE:  # as Runtime.place: no row where a device
                     # object is used (it was reported where it was made)
-                    return mark_placed(result, requested(request, decision.standing))
-                if kind is not None:
-                    frame: FrameType | None = sys._getframe(1)
-                    if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
-                        frame = callsite.first_user(frame)
-                    rt.recorder.hit(frame, original, decision, kind)
-                return mark_placed(result, decision.standing)
+                    wanted = requested(request, decision.standing)
+                else:
+                    wanted = decision.standing
+                    if kind is not None:
+                        frame: FrameType | None = sys._getframe(1)
+                        if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
+                            frame = callsite.first_user(frame)
+                        rt.recorder.hit(frame, original, decision, kind)
+                # mark_placed's own test first: most results need no mark
+                if wanted is not None and result.is_cpu is (wanted != "host"):
+                    mark_placed(result, wanted)
+                return result
         return _handled(rt, original, handler, args, kwargs)
 
     functools.update_wrapper(wrapper, original)
@@ -203,19 +207,60 @@ def _is_device_arg(value: object) -> bool:
     return isinstance(value, (str, REAL_DEVICE, int)) and not isinstance(value, bool)
 
 
+#: The request types ``Tensor.to``'s inlined path takes (``bool`` is not an ``int`` here).
+_DEVICE_ARGS = frozenset({str, REAL_DEVICE, int})
+
+
 def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
     """``Tensor.to``: a call that names no device (``.to(dtype)``, ``.to(other)``) is
-    native where no dtype rule applies (every host but MPS); the rest takes the handler."""
+    native where no dtype rule applies (every host but MPS). ``.to(device)`` alone, the
+    common form (``x.to(other.device)`` runs several times per token in ``generate``), with
+    a cached decision, is placed here as the handler places it: the device swapped in, the
+    call counted at the caller's line (not for a device object), the copy semantics
+    (:func:`~torchdevice.transfers.moved`). Every other form takes the handler."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt: Runtime | None = runtime_module._active
-        if rt is None or (
-            rt.float64_device is None
-            and "device" not in kwargs
-            and (len(args) < 2 or not _is_device_arg(args[1]))
-        ):
+        if rt is None:
             return original(*args, **kwargs)
-        return _handled(rt, original, handler, args, kwargs)
+        if kwargs or len(args) != 2:
+            if (
+                rt.float64_device is None
+                and "device" not in kwargs
+                and (len(args) < 2 or not _is_device_arg(args[1]))
+            ):
+                return original(*args, **kwargs)
+            return _handled(rt, original, handler, args, kwargs)
+        request = args[1]
+        kind_of = type(request)
+        if kind_of not in _DEVICE_ARGS:  # .to(dtype), .to(tensor)
+            if rt.float64_device is None:
+                return original(*args)
+            return _handled(rt, original, handler, args, kwargs)
+        if (
+            rt.float64_device is not None
+            or _is_tracing()
+            or _compiler._is_compiling_flag
+            or (_busy and _get_ident() in _busy)
+            or _all_disabled()
+        ):
+            return _handled(rt, original, handler, args, kwargs)
+        resolved = rt.decisions.get((kind_of, request))
+        if resolved is None:  # a first request: the policy, through the handler
+            return _handled(rt, original, handler, args, kwargs)
+        decision, placed, kind = resolved
+        tensor = args[0]
+        result = original(tensor, placed)
+        if kind_of is REAL_DEVICE:  # no row where a device object is used
+            wanted = requested(request, decision.standing)
+        else:
+            wanted = decision.standing
+            if kind is not None:
+                frame: FrameType | None = sys._getframe(1)
+                if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
+                    frame = callsite.first_user(frame)
+                rt.recorder.hit(frame, original, decision, kind)
+        return result if wanted is None else moved(tensor, result, wanted)
 
     functools.update_wrapper(wrapper, original)
     return wrapper
@@ -258,7 +303,7 @@ class _DeviceClass(type):
         return _handled(rt, REAL_DEVICE, device_ctor, args, kwargs)
 
 
-class device(metaclass=_DeviceClass):  # noqa: N801 - torch's own spelling
+class device(metaclass=_DeviceClass):
     """``torch.device`` while the entry-points tier is on: calls return genuine
     ``torch.device`` objects, placed by the policy (``torch.device(0)`` is ``cuda:0`` as
     written; ``"cpu:-1"`` toggles the CPU override)."""
@@ -273,10 +318,8 @@ def _entries() -> tuple[CodeType, ...]:
     """The code through which torch calls reach the handlers in this tier: the wrappers'
     (see :func:`torchdevice.callsite.add_entry`)."""
     dummy: Handler = factory
-    return tuple(
-        make(len, dummy).__code__  # type: ignore[attr-defined]
-        for make in (_wrapper, _factory_wrapper, _to_wrapper)
-    ) + (_DeviceClass.__call__.__code__,)
+    wrappers = (make(len, dummy) for make in (_wrapper, _factory_wrapper, _to_wrapper))
+    return (*(wrapper.__code__ for wrapper in wrappers), _DeviceClass.__call__.__code__)
 
 
 for _code in _entries():

@@ -39,7 +39,9 @@ print(
             "parameter_devices": sorted({str(p.device) for p in model.parameters()}),
             "same_weights": all(
                 torch.equal(a.cpu(), b.cpu())
-                for a, b in zip(model.state_dict().values(), original.state_dict().values())
+                for a, b in zip(
+                    model.state_dict().values(), original.state_dict().values(), strict=True
+                )
             ),
             "same_tokens": torch.equal(tokens.cpu(), expected),
             "set_device": str(layer.weight.device),
