@@ -213,44 +213,50 @@ _DEVICE_ARGS = frozenset({str, REAL_DEVICE, int})
 
 def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
     """``Tensor.to``: a call that names no device (``.to(dtype)``, ``.to(other)``) is
-    native where no dtype rule applies (every host but MPS). ``.to(device)`` alone, the
-    common form (``x.to(other.device)`` runs several times per token in ``generate``), with
-    a cached decision, is placed here as the handler places it: the device swapped in, the
-    call counted at the caller's line (not for a device object), the copy semantics
-    (:func:`~torchdevice.transfers.moved`). Every other form takes the handler."""
+    native where no dtype rule applies (every host but MPS). A device given first or as
+    ``device=`` (``x.to(other.device)`` and ``x.to(device=..., dtype=...)`` run several times
+    per token in ``generate``) with a cached decision is placed here as the handler places
+    it: the device swapped in, the call counted at the caller's line (not for a device
+    object), the copy semantics (:func:`~torchdevice.transfers.moved`). The rest (a first
+    request, the dtype rule, dynamo, a native section) takes the handler."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt: Runtime | None = runtime_module._active
         if rt is None:
             return original(*args, **kwargs)
-        if kwargs or len(args) != 2:
-            if (
-                rt.float64_device is None
-                and "device" not in kwargs
-                and (len(args) < 2 or not _is_device_arg(args[1]))
-            ):
+        if "device" in kwargs:
+            request = kwargs["device"]
+            positional = False
+        elif len(args) > 1 and type(args[1]) in _DEVICE_ARGS:
+            request = args[1]
+            positional = True
+        else:  # .to(dtype), .to(tensor), .to(): no device (a str or int subclass: the handler)
+            if rt.float64_device is None and (len(args) < 2 or not _is_device_arg(args[1])):
                 return original(*args, **kwargs)
             return _handled(rt, original, handler, args, kwargs)
-        request = args[1]
-        kind_of = type(request)
-        if kind_of not in _DEVICE_ARGS:  # .to(dtype), .to(tensor)
-            if rt.float64_device is None:
-                return original(*args)
-            return _handled(rt, original, handler, args, kwargs)
         if (
-            rt.float64_device is not None
+            request is None
+            or rt.float64_device is not None
             or _is_tracing()
             or _compiler._is_compiling_flag
             or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):
             return _handled(rt, original, handler, args, kwargs)
-        resolved = rt.decisions.get((kind_of, request))
+        kind_of = type(request)
+        try:
+            resolved = rt.decisions.get((kind_of, request))
+        except TypeError:  # unhashable: the handler lets the policy raise
+            resolved = None
         if resolved is None:  # a first request: the policy, through the handler
             return _handled(rt, original, handler, args, kwargs)
         decision, placed, kind = resolved
         tensor = args[0]
-        result = original(tensor, placed)
+        if positional:
+            result = original(tensor, placed, *args[2:], **kwargs)
+        else:
+            kwargs["device"] = placed
+            result = original(*args, **kwargs)
         if kind_of is REAL_DEVICE:  # no row where a device object is used
             wanted = requested(request, decision.standing)
         else:
