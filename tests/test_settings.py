@@ -32,6 +32,7 @@ def test_defaults():
         "report_path": None,
         "fallback": True,
         "cuda_available": True,
+        "intercept": "mode",
     }
 
 
@@ -70,6 +71,7 @@ def test_argument_overrides_an_invalid_environment_value():
         ("TORCHDEVICE_REPORT", "/tmp/report.json", "report_path", Path("/tmp/report.json")),
         ("TORCHDEVICE_FALLBACK", "false", "fallback", False),
         ("TORCHDEVICE_CUDA_AVAILABLE", "0", "cuda_available", False),
+        ("TORCHDEVICE_INTERCEPT", "entry-points", "intercept", "entry-points"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )
@@ -406,13 +408,19 @@ def test_run_flags_come_from_the_declaration():
     parser = cli._run_parser("torchdevice run")
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
     flagged = [f for f in dataclasses.fields(Settings) if f.metadata["flag"]]
-    assert [f.metadata["flag"] for f in flagged] == ["--log-level", "--keep-cpu", "--host"]
+    assert [f.metadata["flag"] for f in flagged] == [
+        "--log-level",
+        "--keep-cpu",
+        "--host",
+        "--intercept",
+    ]
     for spec in flagged:
         action = actions[spec.metadata["flag"]]
         assert action.dest == spec.name
         assert action.help == spec.metadata["flag_help"]
     assert tuple(actions["--log-level"].choices) == ("DEBUG", "INFO", "WARNING", "ERROR")
     assert tuple(actions["--host"].choices) == ("cpu", "mps", "cuda", "simulated-mps")
+    assert tuple(actions["--intercept"].choices) == ("mode", "entry-points")
     assert actions["--keep-cpu"].nargs == 0  # a switch
     ns = parser.parse_args(["--keep-cpu", "--host", "cpu", "--log-level", "INFO", "x.py"])
     assert (ns.keep_cpu, ns.host, ns.log_level) == (True, "cpu", "INFO")
