@@ -248,6 +248,28 @@ def test_a_scripted_cuda_factory_goes_through_the_net():
     assert scripted().tolist() == [1.0, 1.0]
 
 
+def test_torchscript_compiled_while_the_tier_is_on_sees_torchs_ops():
+    """TorchScript resolves a call of a wrapper, and of the ``torch.device`` stand-in, as
+    the op itself (``aten::zeros``, ``prim::device``); what it allocates on a device the
+    build lacks reaches the dispatcher net, as any scripted code does. Its table of
+    builtins keeps torch's own functions after ``disable()``."""
+
+    def make(n: int) -> torch.Tensor:
+        return torch.zeros(n, device=torch.device("cuda")) + torch.arange(n, device="cuda")
+
+    def native(n: int) -> torch.Tensor:
+        return torch.zeros(n) + torch.arange(n)
+
+    _tier()
+    with warnings.catch_warnings():  # torch.jit.script is deprecated in 2.13
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = torch.jit.script(make)
+        out = scripted(3)
+        assert (out.device, out.tolist()) == (REAL_DEVICE("cpu"), [0.0, 1.0, 2.0])
+        torchdevice.disable()
+        assert torch.jit.script(native)(3).tolist() == [0.0, 1.0, 2.0]
+
+
 @pytest.mark.slow
 def test_a_compiled_function_is_placed_without_a_graph_break():
     def f(x: torch.Tensor) -> torch.Tensor:

@@ -381,10 +381,38 @@ def install(table: Mapping[Callable[..., Any], Handler]) -> None:
         if _served and _served[0] is table:
             return
         ledger.undo(GROUP)
-    for owner, name, handler in targets(table):
-        ledger.set_attr(GROUP, owner, name, _make(getattr(owner, name), handler))
-    ledger.set_attr(GROUP, torch, "device", device)
+    builtins = _torchscript_builtins()  # built from torch's own functions, before any wrapper
+    replacements: list[tuple[Any, str, Any]] = [
+        (owner, name, _make(getattr(owner, name), handler))
+        for owner, name, handler in targets(table)
+    ]
+    replacements.append((torch, "device", device))
+    wrapped: list[int] = []
+    for owner, name, wrapper in replacements:
+        original = getattr(owner, name)
+        ledger.set_attr(GROUP, owner, name, wrapper)
+        op = builtins.get(id(original))
+        if op is not None:  # TorchScript compiles a call of the wrapper as the op itself
+            builtins[id(wrapper)] = op
+            wrapped.append(id(wrapper))
+    ledger.hook(GROUP, "TorchScript's builtins", lambda: _forget(builtins, wrapped))
     _served[:] = [table]
+
+
+def _torchscript_builtins() -> dict[int, str]:
+    """TorchScript's table of builtin functions (id -> ``aten::`` op), built now if it was
+    not: built later, while the wrappers are in place, it would hold them instead of
+    torch's functions, for good."""
+    from torch.jit import _builtins  # noqa: PLC0415 - torch has imported it already
+
+    table: dict[int, str] = _builtins._get_builtin_table()  # type: ignore[no-untyped-call]
+    return table
+
+
+def _forget(builtins: dict[int, str], wrapped: list[int]) -> None:
+    """Take the wrappers out of TorchScript's builtins (their ids may be reused)."""
+    for key in wrapped:
+        builtins.pop(key, None)
 
 
 def installed() -> bool:
