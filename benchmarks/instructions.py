@@ -20,8 +20,10 @@ same on an idle and a loaded machine (time per instruction is not, so they are a
 cache misses and the like are not in them).
 
 Workloads: ``generate`` (per new token of the 2-layer GPT-2 of ``workloads.py``),
-``train-eager`` (per step of ``_gpt.py``'s tiny GPT), ``factory`` (per
-``torch.zeros(4, device="cuda")``, native ``zeros(4)``).
+``train-eager`` (per step of ``_gpt.py``'s tiny GPT), ``dataloader`` (per batch of
+``workloads.py``'s epoch, 2 forked workers and the pin-memory thread included: the workers run
+inside the collected loop, so their instructions are in files of their own, summed here),
+``factory`` (per ``torch.zeros(4, device="cuda")``, native ``zeros(4)``).
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("native", "do-nothing mode", "mode", "entry-points")
-WORKLOADS = ("generate", "train-eager", "factory")
+WORKLOADS = ("generate", "train-eager", "dataloader", "factory")
 #: Units of work per measured loop, per workload (more for the factory: one unit is tiny).
-UNITS = {"generate": 2, "train-eager": 3, "factory": 500}
+UNITS = {"generate": 2, "train-eager": 3, "dataloader": 2, "factory": 500}
 
 
 def _build(workload: str, side: str) -> tuple[Callable[[], None], int]:
@@ -91,6 +93,21 @@ def _build(workload: str, side: str) -> tuple[Callable[[], None], int]:
         step = trainer(device)
         counter = itertools.count()
         return lambda: step(next(counter)) and None, 1
+    if workload == "dataloader":
+        sys.path.insert(0, str(HERE))
+        from torch.utils.data import DataLoader  # noqa: PLC0415
+        from workloads import Images  # noqa: PLC0415
+
+        def epoch() -> None:
+            loader = DataLoader(Images(), batch_size=32, num_workers=2, pin_memory=True)
+            for batch, labels in loader:
+                if redirected:
+                    images, targets = batch.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+                else:
+                    images, targets = batch.to("cpu"), labels.to("cpu")
+                images.sum() + targets.sum()
+
+        return epoch, len(Images()) // 32
     if workload == "factory":
         zeros = torch.zeros
         if redirected:
@@ -115,7 +132,7 @@ def child(workload: str, side: str, units: int) -> None:
 def measure(workload: str, side: str, units: int) -> float:
     """Instructions per unit of work of ``workload`` on ``side`` (one valgrind child)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
+        out = Path(tmp) / "callgrind.out"  # .<pid> per process: forked workers have theirs
         env = {
             k: v
             for k, v in os.environ.items()
@@ -128,7 +145,7 @@ def measure(workload: str, side: str, units: int) -> float:
                 "--tool=callgrind",
                 "--instr-atstart=no",
                 "--toggle-collect=starmap_next",
-                f"--callgrind-out-file={out}",
+                f"--callgrind-out-file={out}.%p",
                 sys.executable,
                 __file__,
                 "--child",
@@ -144,11 +161,13 @@ def measure(workload: str, side: str, units: int) -> float:
         if done.returncode:
             raise RuntimeError(f"{workload}/{side} failed:\n{done.stderr[-3000:]}")
         per = json.loads(done.stdout.strip().splitlines()[-1])["per"]
-        text = out.read_text()
-        found = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.MULTILINE)
-        if found is None:
-            raise RuntimeError(f"no instruction total in {out}")
-        return int(found.group(1)) / units / per
+        total = 0
+        for part in Path(tmp).glob("callgrind.out.*"):
+            found = re.search(r"^(?:summary|totals):\s*(\d+)", part.read_text(), re.MULTILINE)
+            if found is None:
+                raise RuntimeError(f"no instruction total in {part}")
+            total += int(found.group(1))
+        return total / units / per
 
 
 def main(argv: list[str] | None = None) -> int:
