@@ -406,3 +406,25 @@ def test_names_bound_at_import_are_the_tiers_under_the_launcher_and_the_environm
         "index": "cuda:0",
         "moved": "cpu",
     }
+
+
+def test_an_mps_host_without_pytorchs_fallback_is_told_once(monkeypatch, caplog):
+    """On MPS the tier's CPU fallback is PyTorch's own: without the variable, a warning
+    saying what raises and what to do; with it, none."""
+    monkeypatch.setattr(entry_points, "_warned_fallback", [])
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    with caplog.at_level("WARNING", logger="torchdevice"):
+        torchdevice.enable(host=Host.mps(), intercept="entry-points")
+        torchdevice.enable(host=Host.cpu(), intercept="entry-points")
+        torchdevice.enable(host=Host.mps(), intercept="entry-points")
+    warnings_seen = [r.getMessage() for r in caplog.records if "MPS_FALLBACK" in r.getMessage()]
+    assert len(warnings_seen) == 1
+    assert "PYTORCH_ENABLE_MPS_FALLBACK is not set: such ops will raise" in warnings_seen[0]
+    torchdevice.disable()
+    caplog.clear()
+    monkeypatch.setattr(entry_points, "_warned_fallback", [])
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    with caplog.at_level("WARNING", logger="torchdevice"):
+        torchdevice.enable(host=Host.mps(), intercept="entry-points")
+        torchdevice.enable(host=Host.mps(), intercept="mode")
+    assert not [r for r in caplog.records if "MPS_FALLBACK" in r.getMessage()]

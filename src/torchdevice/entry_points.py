@@ -39,6 +39,7 @@ the mode is one table in docs/tiers.md.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -53,6 +54,7 @@ from torchdevice.compiling import _compiler, is_tracing
 from torchdevice.host import Host
 from torchdevice.intercepts import Handler, build_table, device_ctor, explicit_factory, factory
 from torchdevice.intercepts import tensor_to as tensor_to_handler
+from torchdevice.logs import logger
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import mark_placed, moved, requested
 
@@ -65,6 +67,7 @@ __all__ = [
     "installed",
     "places",
     "targets",
+    "warn_without_native_fallback",
 ]
 
 #: Ledger group of the wrappers and of the ``torch.device`` stand-in.
@@ -418,6 +421,32 @@ def _forget(builtins: dict[int, str], wrapped: list[int]) -> None:
 def installed() -> bool:
     """Whether the wrappers are in place."""
     return ledger.has(GROUP)
+
+
+#: What switches PyTorch's MPS fallback on (``c10::utils::check_env``'s true words).
+_FALLBACK_ON: Final = frozenset({"1", "on", "yes", "true", "y"})
+_warned_fallback: list[bool] = []
+
+
+def warn_without_native_fallback(runtime: Runtime) -> None:
+    """Say once, on an MPS host, that this tier's CPU fallback is PyTorch's own and is off.
+
+    The tier sees no op that takes no device, so an op MPS lacks falls back only through
+    ``PYTORCH_ENABLE_MPS_FALLBACK=1``, which PyTorch reads at its import (torchdevice sets
+    it on macOS when it is imported first, as the launcher and ``ACTIVATE_TORCH_DEVICE=1``
+    import it). Without it such an op raises; the mode would have rerun it on the CPU.
+    """
+    if runtime.host.kind != "mps" or not runtime.settings.fallback or _warned_fallback:
+        return
+    if os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "").strip().lower() in _FALLBACK_ON:
+        return
+    _warned_fallback.append(True)
+    logger.warning(
+        "torchdevice: the entry-points tier reruns ops MPS lacks on the CPU only through "
+        "PyTorch's own fallback, and PYTORCH_ENABLE_MPS_FALLBACK is not set: such ops will "
+        "raise. Start with `python -m torchdevice` (or import torchdevice before torch), set "
+        "PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported, or use intercept='mode'."
+    )
 
 
 def places() -> tuple[ledger.Place, ...]:

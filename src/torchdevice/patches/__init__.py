@@ -190,6 +190,7 @@ def _install_entry_points(activation: Activation) -> None:
         ledger.undo(entry_points.GROUP)
     else:
         entry_points.install(activation.runtime.table)
+        entry_points.warn_without_native_fallback(activation.runtime)
 
 
 def _entry_point_places() -> tuple[ledger.Place, ...]:
