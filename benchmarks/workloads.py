@@ -18,13 +18,18 @@ the host (``--device``; ``auto``: ``cuda`` when ``torch.cuda.is_available()``):
   (``torch.cuda.max_memory_allocated``) of both sides; the DDP step needs two GPUs (NCCL
   puts one rank on each) and is skipped, with the reason printed, on fewer.
 
-* In-process workloads (training loop eager and compiled, ``generate``, DataLoader) run rounds
-  of two blocks, native and redirected, in alternating order; the redirected block switches
-  ``torchdevice.enable()`` on and ``disable()`` off around its units. The ratio is the median
-  of the per-round ratios (both blocks of a round ran within a second of each other), with
-  the 25th-75th percentiles.
-* The DDP step and peak memory run fresh processes, alternately native and redirected, and
-  pair them the same way.
+Both tiers are measured side by side (docs/tiers.md): the function mode (the default,
+``redirected``) and the entry-points tier (``enable(intercept="entry-points")``, ``entry``),
+each against native in the same rounds.
+
+* In-process workloads (training loop eager, ``generate``, DataLoader, the redirected
+  factory) run rounds of four blocks in rotated order: native, native under a do-nothing
+  function mode (the floor any mode pays), redirected by the mode (the block switches
+  ``torchdevice.enable()`` on and ``disable()`` off around its units) and redirected by the
+  entry-points tier. The ratio is the median of the per-round ratios (the blocks of a round
+  ran within seconds of each other), with the 25th-75th percentiles.
+* The DDP step runs fresh processes, native, mode and entry-points tier in rotated order,
+  and pairs them the same way; peak memory and the compiled loop, native and mode.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import gc
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,6 +57,7 @@ from overhead import Noop, add_device_option, environment, no_sync, pick_device,
 from torch.utils.data import DataLoader, Dataset
 
 import torchdevice
+from torchdevice import activation
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,6 +65,35 @@ HERE = Path(__file__).resolve().parent
 #: torchdevice's own part of a workload: redirected / the same code under a do-nothing
 #: function mode (the floor any mode pays, which PyTorch sets), per round (issue 21).
 OWN_LIMIT = 1.01
+
+#: The entry-points tier's targets, entry / native per workload (issue 27). The factory's
+#: is relative: cheaper than the mode's redirected factory in the same run.
+ENTRY_LIMITS = {
+    "training loop, eager": 1.03,
+    "HF generate": 1.03,
+    "DataLoader": 1.03,
+    "DDP step, 2 ranks": 1.05,
+}
+#: Environment variable that puts a child in the entry-points tier.
+ENTRY_ENV = {"TORCHDEVICE_INTERCEPT": "entry-points"}
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its children that have ended
+    (DataLoader workers are joined at the end of each epoch): what a block costs, less
+    sensitive than wall time to the other jobs of a shared machine (``--clock cpu``)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+#: How the in-process workloads' blocks are timed (``--clock``): wall time by default.
+CLOCK: list[Callable[[], float]] = [time.perf_counter]
+
+
+def enable_entry_points() -> None:
+    """Switch the entry-points tier on (the redirected side's other variant)."""
+    torchdevice.enable(intercept="entry-points")
 
 
 @dataclass
@@ -71,7 +107,18 @@ class Result:
     native: list[float] = field(default_factory=list)
     redirected: list[float] = field(default_factory=list)
     noop: list[float] = field(default_factory=list)  # native code under a do-nothing mode
+    entry: list[float] = field(default_factory=list)  # redirected, entry-points tier
     note: str = ""
+    #: Limit of redirected / do-nothing mode; None where that is no floor (the factory's
+    #: floor is a mode that passes ``device=`` on: overhead.py's target).
+    own_limit: float | None = OWN_LIMIT
+    #: The entry-points tier must beat the mode's ratio in the same run (the factory).
+    entry_beats_mode: bool = False
+
+    def per_unit(self, units: float) -> None:
+        """Turn each side's seconds per block unit into seconds per ``units`` of work."""
+        for side in (self.native, self.redirected, self.noop, self.entry):
+            side[:] = [s / units for s in side]
 
     def ratios(self) -> list[float]:
         return [r / n for r, n in zip(self.redirected, self.native, strict=True)]
@@ -89,13 +136,28 @@ class Result:
         if self.noop:
             noop = statistics.median(x / n for x, n in zip(self.noop, self.native, strict=True))
             own = statistics.median(r / x for r, x in zip(self.redirected, self.noop, strict=True))
-        own_passed = own is None or not self.rate or own <= OWN_LIMIT
+        own_limit = self.own_limit if own is not None and self.rate else None
+        own_passed = own_limit is None or own <= own_limit
+        entry = entry_limit = None
+        entry_q: list[float] = []
+        if self.entry:
+            entry_ratios = [e / n for e, n in zip(self.entry, self.native, strict=True)]
+            entry = statistics.median(entry_ratios)
+            entry_q = (
+                statistics.quantiles(entry_ratios, n=4, method="inclusive")
+                if len(entry_ratios) > 1
+                else entry_ratios * 2
+            )
+            entry_limit = ratio if self.entry_beats_mode else ENTRY_LIMITS.get(self.name)
+        entry_passed = None
+        if entry is not None and entry_limit is not None:
+            entry_passed = entry < entry_limit if self.entry_beats_mode else entry <= entry_limit
         return {
             "unit": self.unit,
             "noop_ratio": noop,
             # torchdevice's own part: redirected over the same code under a do-nothing mode
             "own_ratio": own,
-            "own_limit": OWN_LIMIT if own is not None and self.rate else None,
+            "own_limit": own_limit,
             "native": shown(self.native),
             "redirected": shown(self.redirected),
             "ratio": ratio,
@@ -104,6 +166,14 @@ class Result:
             "rounds": len(ratios),
             "limit": self.limit,
             "passed": ratio <= self.limit and own_passed,
+            # the entry-points tier: redirected through the wrappers, no mode / native
+            "entry": None if not self.entry else shown(self.entry),
+            "entry_ratio": entry,
+            "entry_p25": entry_q[0] if entry_q else None,
+            "entry_p75": entry_q[-1] if entry_q else None,
+            "entry_limit": entry_limit,
+            "entry_limit_is_mode": self.entry_beats_mode,
+            "entry_passed": entry_passed,
             "note": self.note,
         }
 
@@ -120,10 +190,11 @@ def alternate(
     rounds: int,
     sync: Callable[[], None] = no_sync,
 ) -> Result:
-    """Rounds of three blocks, order rotated each round: seconds per unit of each side.
+    """Rounds of four blocks, order rotated each round: seconds per unit of each side.
 
     The sides: the native code, the same code under a do-nothing function mode (what any
-    Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected.
+    Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected
+    by the function mode, and the same redirected by the entry-points tier.
     ``sync`` runs before the timer starts and before it stops.
     """
     noop = Noop()
@@ -133,6 +204,7 @@ def alternate(
         (result.native, native, lambda: None, lambda: None),
         (result.noop, native, noop.__enter__, lambda: noop.__exit__(None, None, None)),
         (result.redirected, redirected, torchdevice.enable, torchdevice.disable),
+        (result.entry, redirected, enable_entry_points, torchdevice.disable),
     ]
 
     def block(
@@ -141,10 +213,10 @@ def alternate(
         enter()
         try:
             sync()
-            started = time.perf_counter()
+            started = CLOCK[0]()
             run(n)
             sync()
-            return (time.perf_counter() - started) / n
+            return (CLOCK[0]() - started) / n
         finally:
             leave()
 
@@ -211,7 +283,9 @@ def generate(quick: bool, rounds: int, device: str) -> list[Result]:
                         do_sample=False,
                         pad_token_id=0,
                     )
-            outputs[side] = out
+            runtime = activation.current_runtime()
+            tier = "native" if runtime is None else runtime.settings.intercept
+            outputs[f"{side} {tier}"] = out
 
         return run
 
@@ -230,16 +304,49 @@ def generate(quick: bool, rounds: int, device: str) -> list[Result]:
         rounds,
         synchronizer(device),
     )
-    same = torch.equal(outputs["native"].cpu(), outputs["redirected"].cpu())
+    reference = outputs["native native"].cpu()
+    same = all(
+        torch.equal(reference, outputs[f"redirected {tier}"].cpu())
+        for tier in ("mode", "entry-points")
+    )
     if device == "cpu" and not same:
         raise AssertionError("redirected generate produced other tokens than native")
     if device == "cuda":
         # Under torchdevice on a CUDA host the model's device-less factories land on the GPU
         # and draw its weights from the CUDA generator: the tokens may differ; say whether.
         result.note = f"tokens equal to native: {same}"
-    result.native = [s / new_tokens for s in result.native]
-    result.redirected = [s / new_tokens for s in result.redirected]
-    result.noop = [s / new_tokens for s in result.noop]
+    result.per_unit(new_tokens)
+    return [result]
+
+
+# -- redirected factory ---------------------------------------------------------------------
+def factory(quick: bool, rounds: int, device: str) -> list[Result]:
+    """Calls/s of a redirected ``torch.zeros(4, device="cuda")`` against native ``zeros(4)``.
+
+    ``overhead.py``'s factory case, measured here beside the workloads so that both tiers'
+    ratios come from one run (an MPS request on a CUDA host, as there). The entry-points
+    tier's target is to cost less than the mode's.
+    """
+    request = "mps" if device == "cuda" else "cuda"
+    calls = 2_000 if quick else 5_000
+
+    def native(n: int) -> None:
+        zeros = torch.zeros
+        for _ in range(n * calls):
+            zeros(4)
+
+    def redirected(n: int) -> None:
+        zeros = torch.zeros  # read inside the block: the tier's wrapper while it is on
+        for _ in range(n * calls):
+            zeros(4, device=request)
+
+    result = Result("redirected factory", "calls/s", 1e9, own_limit=None, entry_beats_mode=True)
+    alternate(result, native, redirected, 10, rounds)
+    result.per_unit(calls)
+    result.note = (
+        f'zeros(4, device="{request}") / native zeros(4); no target for the mode (overhead.py '
+        "has its own); the entry-points tier must be cheaper than the mode"
+    )
     return [result]
 
 
@@ -282,32 +389,34 @@ def dataloader(quick: bool, rounds: int, device: str) -> list[Result]:
         rounds,
         synchronizer(device),
     )
-    result.native = [s / batches for s in result.native]
-    result.redirected = [s / batches for s in result.redirected]
-    result.noop = [s / batches for s in result.noop]
+    result.per_unit(batches)
     result.note = f"start method {torch.multiprocessing.get_start_method()}"
     return [result]
 
 
 # -- fresh processes: DDP and peak memory ---------------------------------------------------
-def _environment(redirected: bool) -> dict[str, str]:
+def _environment(redirected: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
+        and not k.startswith("TORCHDEVICE_")
     }
     if redirected:
         # Enabled as a user enables a script, every setting at its default: no
         # TORCHDEVICE_LOG_LEVEL (redirects log at INFO, which nothing shows unless the
         # script configures logging), so nothing is validated and pydantic stays unloaded.
         env["ACTIVATE_TORCH_DEVICE"] = "1"
+        env.update(extra or {})
     return env
 
 
-def _child(command: list[str], redirected: bool, timeout: float) -> str:
+def _child(
+    command: list[str], redirected: bool, timeout: float, extra: dict[str, str] | None = None
+) -> str:
     done = subprocess.run(
         command,
-        env=_environment(redirected),
+        env=_environment(redirected, extra),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -344,7 +453,7 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rank0.json"
 
-        def launch(redirected: bool) -> float:
+        def launch(redirected: bool, extra: dict[str, str] | None = None) -> float:
             command = [
                 sys.executable,
                 "-m",
@@ -357,13 +466,19 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
                 str(out),
                 str(steps),
             ]
-            _child(command, redirected, 300)
-            return 1 / json.loads(out.read_text())["steps_per_s"]
+            _child(command, redirected, 300, extra)
+            key = "cpu_steps_per_s" if CLOCK[0] is cpu_seconds else "steps_per_s"
+            return 1 / json.loads(out.read_text())[key]
 
+        sides: list[tuple[list[float], bool, dict[str, str] | None]] = [
+            (result.native, False, None),
+            (result.redirected, True, None),
+            (result.entry, True, ENTRY_ENV),
+        ]
         for r in range(rounds):
-            order = [False, True] if r % 2 == 0 else [True, False]
-            for redirected in order:
-                (result.redirected if redirected else result.native).append(launch(redirected))
+            shift = r % len(sides)
+            for samples, redirected, extra in sides[shift:] + sides[:shift]:
+                samples.append(launch(redirected, extra))
     return [result]
 
 
@@ -424,6 +539,7 @@ WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
     "train-compiled": lambda q, r, d: compiled_training(q, r or (1 if q else 3), d),
     "generate": lambda q, r, d: generate(q, r or (6 if q else 21), d),
     "dataloader": lambda q, r, d: dataloader(q, r or (6 if q else 15), d),
+    "factory": lambda q, r, d: factory(q, r or (11 if q else 31), d),
     "ddp": lambda q, r, d: ddp(q, r or (1 if q else 3), d),
     "memory": lambda q, r, d: memory(q, r or (1 if q else 3), d),
 }
@@ -431,48 +547,84 @@ WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
 
 def markdown(summaries: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| workload | native | redirected | ratio (median, p25-p75) | do-nothing mode / native "
-        "| redirected / do-nothing mode (target) | rounds | target | result |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | native | mode: redirected / native (p25-p75) | do-nothing mode / native "
+        "| mode / do-nothing mode (target) | mode target | mode result "
+        "| entry-points / native (p25-p75) | entry target | entry result | rounds |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
     ]
     for name, s in summaries.items():
         noop = "-" if s["noop_ratio"] is None else f"{s['noop_ratio']:.3f}"
         own = "-" if s["own_ratio"] is None else f"{s['own_ratio']:.3f}"
         if s["own_limit"] is not None:
             own += f" (<= {s['own_limit']:.2f})"
+        mode_limit = "-" if s["limit"] >= 1e8 else f"<= {s['limit']:.2f}"
+        entry = entry_limit = entry_result = "-"
+        if s.get("entry_ratio") is not None:
+            entry = f"{s['entry_ratio']:.3f} ({s['entry_p25']:.3f}-{s['entry_p75']:.3f})"
+        if s.get("entry_limit") is not None:
+            entry_limit = (
+                f"< mode ({s['entry_limit']:.3f})"
+                if s["entry_limit_is_mode"]
+                else f"<= {s['entry_limit']:.2f}"
+            )
+            entry_result = "PASS" if s["entry_passed"] else "FAIL"
         lines.append(
-            f"| {name} | {s['native']:.4g} {s['unit']} | {s['redirected']:.4g} {s['unit']} | "
+            f"| {name} | {s['native']:.4g} {s['unit']} | "
             f"{s['ratio']:.3f} ({s['p25']:.3f}-{s['p75']:.3f}) | {noop} | {own} | "
-            f"{s['rounds']} | <= {s['limit']:.2f} | {'PASS' if s['passed'] else 'FAIL'} |"
+            f"{mode_limit} | {'PASS' if s['passed'] else 'FAIL'} | "
+            f"{entry} | {entry_limit} | {entry_result} | {s['rounds']} |"
         )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _print_header(quick: bool, device: str) -> None:
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
+        f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s), "
+        f"{platform.machine()}{' (quick)' if quick else ''}; native side on {device}"
+        f"{f' ({torch.cuda.get_device_name()})' if device == 'cuda' else ''}",
+        flush=True,
+    )
+
+
+def _load(load: tuple[float, float, float]) -> str:
+    return ", ".join(f"{value:.2f}" for value in load)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and steps")
     parser.add_argument("--rounds", type=int, help="rounds per workload (default: per workload)")
     parser.add_argument("--only", nargs="+", choices=list(WORKLOADS), help="run only these")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target fails")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="time the in-process blocks by wall time (default) or by CPU time of the process "
+        "and its ended children (DataLoader workers), and the DDP step by rank 0's CPU time: "
+        "steadier on a loaded machine; the other fresh-process workloads use wall time",
+    )
     add_device_option(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     device = pick_device(args.device)
+    CLOCK[0] = cpu_seconds if args.clock == "cpu" else time.perf_counter
 
     torch.set_num_threads(1)
     if torchdevice.is_enabled():  # ACTIVATE_TORCH_DEVICE=1 in the environment
         torchdevice.disable()
-    print(
-        f"python {platform.python_version()}, torch {torch.__version__}, torchdevice "
-        f"{torchdevice.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU(s), "
-        f"{platform.machine()}{' (quick)' if args.quick else ''}; native side on {device}"
-        f"{f' ({torch.cuda.get_device_name()})' if device == 'cuda' else ''}",
-        flush=True,
-    )
+    _print_header(args.quick, device)
     summaries: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
     errors: dict[str, str] = {}
-    started = time.perf_counter()
+    started, loads = time.perf_counter(), [os.getloadavg()]  # the machine may be shared
+    print(f"load average at start: {_load(loads[0])}", flush=True)
     for key in args.only or list(WORKLOADS):
         begun = time.perf_counter()
         try:
@@ -489,7 +641,10 @@ def main(argv: list[str] | None = None) -> int:
         for result in results:
             summaries[result.name] = result.summary() | {"seconds": time.perf_counter() - begun}
             s = summaries[result.name]
-            print(f"{result.name}: {s['ratio']:.3f} ({s['seconds']:.0f} s)", flush=True)
+            entry = "" if s["entry_ratio"] is None else f", entry-points {s['entry_ratio']:.3f}"
+            print(f"{result.name}: mode {s['ratio']:.3f}{entry} ({s['seconds']:.0f} s)", flush=True)
+        loads.append(os.getloadavg())
+        print(f"load average after {key}: {_load(loads[-1])}", flush=True)
     elapsed = time.perf_counter() - started
     print()
     print(markdown(summaries))
@@ -497,14 +652,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nskipped {key}: {reason}")
     for key, message in errors.items():
         print(f"\nFAILED {key}: ...{message[-500:]}")
-    print(f"\nmeasured in {elapsed:.0f} s")
-    passed = all(s["passed"] for s in summaries.values()) and not errors
+    print(
+        f"\nmeasured in {elapsed:.0f} s; load average (1, 5, 15 min) at start and after each "
+        "workload: " + "; ".join(_load(load) for load in loads)
+    )
+    passed = (
+        all(s["passed"] and s["entry_passed"] is not False for s in summaries.values())
+        and not errors
+    )
     if args.json:
         meta = {
             **environment(),
             "device": device,
             "quick": args.quick,
             "seconds": elapsed,
+            "load_average": loads,
+            "clock": args.clock,
         }
         out = {
             "meta": meta,

@@ -12,12 +12,24 @@ import os
 #: The variables that switch torchdevice on besides the ``TORCHDEVICE_*`` settings.
 ACTIVATION = ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
 
+#: The tiers the real-program tests run in (conftest.py's ``tier`` fixture), the default
+#: first: the function mode, and the entry-points tier (docs/tiers.md).
+TIERS = ("mode", "entry-points")
+#: The tier the children of the running test use; the ``tier`` fixture sets it.
+TIER = ["mode"]
+
+
+def tier_env() -> dict[str, str]:
+    """The variable that puts a child in the running test's tier (none for the default)."""
+    return {} if TIER[0] == "mode" else {"TORCHDEVICE_INTERCEPT": TIER[0]}
+
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """``os.environ`` without what switches torchdevice on or configures it, plus ``extra``."""
+    """``os.environ`` without what switches torchdevice on or configures it, plus the
+    running test's tier (:func:`tier_env`) and ``extra``."""
     env = {
         name: value
         for name, value in os.environ.items()
         if name not in ACTIVATION and not name.startswith("TORCHDEVICE_")
     }
-    return {**env, **extra}
+    return {**env, **tier_env(), **extra}

@@ -8,9 +8,22 @@ import pytest
 import torch
 from torch.overrides import _get_current_function_mode_stack
 
+import childenv
 import torchdevice
 from pristine import torch_is_pristine
 from torchdevice import facade, patches
+
+
+@pytest.fixture(params=childenv.TIERS)
+def tier(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test once per tier: the children it starts get ``TORCHDEVICE_INTERCEPT``
+    (:func:`childenv.tier_env`). The real-program tests use it, so that each passes in the
+    entry-points tier as in the mode."""
+    childenv.TIER[0] = request.param
+    try:
+        yield request.param
+    finally:
+        childenv.TIER[0] = "mode"
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from childenv import tier_env
+
 TIMEOUT = 150
 
 _EXIT_ABORT = "terminate called without an active exception"
@@ -43,7 +45,8 @@ def run(
     """
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "ACTIVATE_TORCH_DEVICE"}
-    env.update(TMPDIR=str(tmp_path / "tmp"), TORCHDEVICE_LOG_LEVEL="INFO", **env_extra)
+    env.update(TMPDIR=str(tmp_path / "tmp"), TORCHDEVICE_LOG_LEVEL="INFO", **tier_env())
+    env.update(env_extra)
     processes: list[subprocess.Popen[str]] = []
     try:
         for argv in launches:

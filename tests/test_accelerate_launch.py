@@ -21,6 +21,7 @@ import torch
 from launches import run
 
 pytest.importorskip("accelerate")
+pytestmark = pytest.mark.usefixtures("tier")  # both tiers (conftest.py)
 
 SCRIPT = Path(__file__).parent / "scripts" / "accelerate_multi_gpu.py"
 

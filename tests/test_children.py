@@ -34,6 +34,7 @@ import torch
 
 import _torchdevice_startup as startup
 import torchdevice
+from childenv import tier_env
 from torchdevice import SettingsError
 from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS
 from torchdevice.host import Host, probe_host
@@ -92,8 +93,10 @@ def run(command: list[str | Path], env: dict[str, str], timeout: float = 240) ->
     """Run ``command`` in its own process group and return its stdout; fail on an error.
 
     The whole group is killed afterwards, so no grandchild (pool worker, torchrun rank)
-    outlives the test, whatever happened.
+    outlives the test, whatever happened. Under the ``tier`` fixture the command runs in
+    that tier.
     """
+    env = {**env, **tier_env()}
     if command[0] == "python":
         command = [sys.executable, *(["-X", "dev"] if sys.flags.dev_mode else []), *command[1:]]
     process = subprocess.Popen(
@@ -297,6 +300,7 @@ def _assert_redirected(record: dict[str, object], request: str = "cuda") -> None
     assert record["cuda"] is True, record
 
 
+@pytest.mark.usefixtures("tier")
 def test_python_m_torchdevice_redirects_every_kind_of_child(child_env):
     """subprocess, spawn Pool, DataLoader (fork and spawn, pin_memory), os.fork, mp fork."""
     by_who = records(run(["python", "-m", "torchdevice", SCRIPTS / "start_children.py"], child_env))
@@ -324,6 +328,7 @@ def test_python_m_torchdevice_redirects_every_kind_of_child(child_env):
         assert loader["device"] == _lands("cuda")
 
 
+@pytest.mark.usefixtures("tier")
 def test_activate_torch_device_redirects_an_unmodified_script_and_its_children(child_env):
     env = {**child_env, "ACTIVATE_TORCH_DEVICE": "1", "ONLY": "subprocess"}
     by_who = records(run(["python", SCRIPTS / "start_children.py"], env))
@@ -346,6 +351,7 @@ def test_activate_torch_device_redirects_an_unmodified_script_and_its_children(c
         pytest.param([TORCHRUN, "<args>", "-m", "torchdevice"], id="torchrun -m torchdevice"),
     ],
 )
+@pytest.mark.usefixtures("tier")
 def test_torchrun_workers_are_redirected(child_env, form):
     env = dict(child_env)
     if form[0] == "ACTIVATE_TORCH_DEVICE=1":

@@ -318,3 +318,19 @@ def test_info_text_lists_the_settings() -> None:
     assert rows["fallback"] == ["False", "TORCHDEVICE_FALLBACK from the environment"]
     assert rows["keep_cpu"] == ["False", "default"]
     assert rows["host"] == ["unset", "default"]
+
+
+def test_info_says_which_tier_a_run_would_use() -> None:
+    default = run("info")
+    tier = run("info", TORCHDEVICE_INTERCEPT="entry-points")
+    assert default.returncode == tier.returncode == 0, default.stderr + tier.stderr
+    assert "  tier: mode: a function mode sees every torch call" in default.stdout
+    assert (
+        "  tier: entry-points: wrappers on the functions that take a device; every other op "
+        "runs native, with no function mode (docs/tiers.md)"
+    ) in tier.stdout
+    assert "intercept       entry-points TORCHDEVICE_INTERCEPT from the environment" in tier.stdout
+    bad = one_line(run("info", TORCHDEVICE_INTERCEPT="wrappers"))
+    assert bad.startswith(f"{PROG} info: error: invalid TORCHDEVICE_INTERCEPT='wrappers'")
+    assert "'mode'" in bad
+    assert "'entry-points'" in bad

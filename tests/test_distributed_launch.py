@@ -18,6 +18,8 @@ import torch
 from launches import free_port as _free_port
 from launches import run as _run
 
+pytestmark = pytest.mark.usefixtures("tier")  # both tiers (conftest.py)
+
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "ddp_nccl.py"
 ON_SIMGPU = SCRIPTS / "on_simgpu.py"
@@ -26,6 +28,13 @@ ON_SIMGPU = SCRIPTS / "on_simgpu.py"
 #: are fixed at their root; benchmarks/exit_aborts.py (100 loaded runs of each form, 0
 #: aborts) is the measurement, these runs the guard CI can afford.
 REPEATS = range(2)
+#: (tier, attempt) of each launch form: the repeats in the default tier, one run in the
+#: entry-points tier (its exit path is the mode's, less the mode: CI time kept in check).
+TIERED_REPEATS = pytest.mark.parametrize(
+    ("tier", "attempt"),
+    [*(("mode", attempt) for attempt in REPEATS), ("entry-points", 0)],
+    indirect=["tier"],
+)
 
 
 def _script_module() -> ModuleType:
@@ -67,7 +76,7 @@ def _check_ranks(out: Path, reference: tuple[list[torch.Tensor], list[float]], d
         assert all(b < a for a, b in zip(rank["losses"], rank["losses"][1:], strict=False))
 
 
-@pytest.mark.parametrize("attempt", REPEATS)
+@TIERED_REPEATS
 def test_torchrun_standalone_cpu(tmp_path: Path, reference: Any, attempt: int) -> None:
     """``ACTIVATE_TORCH_DEVICE=1 torchrun --standalone --nproc_per_node=2``: NCCL on gloo."""
     out = tmp_path / "out"
@@ -85,7 +94,7 @@ def test_torchrun_standalone_cpu(tmp_path: Path, reference: Any, attempt: int) -
     assert "DistributedDataParallel(device_ids=[1]) -> device_ids=None" in log
 
 
-@pytest.mark.parametrize("attempt", REPEATS)
+@TIERED_REPEATS
 def test_torchrun_under_the_launcher_one_report(
     tmp_path: Path, reference: Any, attempt: int
 ) -> None:
@@ -107,7 +116,7 @@ def test_torchrun_under_the_launcher_one_report(
     assert f"ddp_nccl.py:{line} in main(): torch.distributed.init_process_group(nccl)" in log
 
 
-@pytest.mark.parametrize("attempt", REPEATS)
+@TIERED_REPEATS
 def test_torchdevice_as_torchruns_module(tmp_path: Path, reference: Any, attempt: int) -> None:
     """``torchrun ... -m torchdevice train.py``: each worker is launched redirected."""
     out = tmp_path / "out"
@@ -125,7 +134,7 @@ def test_torchdevice_as_torchruns_module(tmp_path: Path, reference: Any, attempt
     _check_ranks(out, reference, "cpu")
 
 
-@pytest.mark.parametrize("attempt", REPEATS)
+@TIERED_REPEATS
 def test_torchrun_two_nodes_cpu(tmp_path: Path, reference: Any, attempt: int) -> None:
     """Two launchers, ``--nnodes 2`` with c10d rendezvous on 127.0.0.1, one rank each."""
     out = tmp_path / "out"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from childenv import clean_env
 from torchdevice.host import probe_host
 from torchdevice.policy import decide
 
@@ -39,6 +39,9 @@ needs_accelerate = pytest.mark.skipif(
     importlib.util.find_spec("accelerate") is None,
     reason="accelerate is not installed (pip install -e '.[examples]')",
 )
+
+#: Every test here runs in both tiers (conftest.py's ``tier``).
+pytestmark = pytest.mark.usefixtures("tier")
 
 #: script -> (arguments, lines its stdout must contain, marks).
 EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[pytest.MarkDecorator, ...]]] = {
@@ -82,13 +85,9 @@ EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[pytest.MarkDec
 
 
 def _env() -> dict[str, str]:
-    """os.environ without anything that switches torchdevice on or configures it."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if name not in {"ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"}
-        and not name.startswith("TORCHDEVICE_")
-    }
+    """os.environ without anything that switches torchdevice on or configures it, in the
+    running test's tier."""
+    return clean_env()
 
 
 def python(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -44,6 +44,7 @@ needs_transformers = pytest.mark.skipif(
 pytestmark = [
     pytest.mark.skipif(not CPU_HOST, reason="describes the redirect on a CPU-only host"),
     pytest.mark.parametrize("host", ["cpu", "simulated-mps"]),
+    pytest.mark.usefixtures("tier"),  # both tiers (conftest.py)
 ]
 #: What a CUDA request lands on, by host.
 LANDS_ON = {"cpu": "cpu", "simulated-mps": "simgpu:0"}
@@ -135,6 +136,24 @@ def test_accelerate_fp16_runs_autocast_and_a_grad_scaler(host):
     assert (facts["activation_dtype"], facts["autocast"]) == ("float16", True)
     assert facts["losses_finite"] is True
     assert f"{host.removeprefix('simulated-')} host" in str(facts["report"])
+
+
+@needs_accelerate
+@needs_transformers
+def test_from_pretrained_device_map_auto_and_integer_devices(host):
+    """``from_pretrained(device_map="auto")``: Accelerate sees one CUDA device and places
+    every weight with ``set_module_tensor_to_device(..., 0)``, whose ``torch.device(0)``
+    must read ``cuda:0`` as written (natively an error on a CPU-only host); the loaded model
+    generates the tokens of the model it was saved from."""
+    facts = run_redirected(host, "hf_device_map.py")
+    assert facts["device_0"] == "cuda:0"
+    assert facts["parameter_devices"] == [LANDS_ON[host]]
+    assert facts["model_device"] == LANDS_ON[host]
+    assert facts["same_weights"] is True
+    assert facts["same_tokens"] is True
+    assert facts["set_device"] == LANDS_ON[host]
+    assert facts["set_value"] == [[3.0, 3.0], [3.0, 3.0]]
+    assert facts["set_is_parameter"] is True
 
 
 @needs_accelerate

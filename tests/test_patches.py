@@ -46,16 +46,29 @@ def test_every_change_is_a_declared_place_of_the_entry_that_made_it(kind: str) -
     assert undeclared == []
 
 
-def test_first_activation_installs_in_the_order_of_the_list() -> None:
-    torchdevice.enable(host=Host.mps(), log_level="INFO")
+#: The entries only one tier installs: the mode's thread hooks, the tier's wrappers.
+_TIER_ONLY = {"mode": "entry-point wrappers", "entry-points": "thread hooks"}
+
+
+@pytest.mark.parametrize("intercept", ["mode", "entry-points"])
+def test_first_activation_installs_in_the_order_of_the_list(intercept: str) -> None:
+    torchdevice.enable(host=Host.mps(), log_level="INFO", intercept=intercept)  # type: ignore[typeddict-item]
     groups = [change.group for change in ledger.changes()]
     torchdevice.disable()
     positions = [INSTALL_ORDER.index(_owner(group)) for group in dict.fromkeys(groups)]
-    activation_entries = [i for i, patch in enumerate(INSTALL_ORDER) if patch.when != "settings"]
+    activation_entries = [
+        i
+        for i, patch in enumerate(INSTALL_ORDER)
+        if patch.when != "settings" and patch.name != _TIER_ONLY[intercept]
+    ]
     walked = [position for position in positions if position in activation_entries]
     assert walked == sorted(walked)
-    # Every entry an MPS host needs (all but the CPU-only torch.accelerator facade) ran.
+    # Every entry an MPS host needs in this tier (all but the CPU-only torch.accelerator
+    # facade, and the other tier's own) ran.
     assert set(walked) == set(activation_entries)
+    assert not set(positions) & {
+        i for i, patch in enumerate(INSTALL_ORDER) if patch.name == _TIER_ONLY[intercept]
+    }
 
 
 def test_a_reconfiguration_walks_only_the_entries_that_follow_the_host() -> None:

@@ -487,3 +487,49 @@ def test_ini_keys_are_listed_in_help(pytester: pytest.Pytester) -> None:
             "  torchdevice_skip_unsupported (bool):*",
         ]
     )
+
+
+TIER_SUITE = """
+import os, subprocess, sys
+import torch
+from torch.overrides import _get_current_function_mode_stack
+
+CONFTEST_SAW = type(torch.device).__name__  # the stand-in from before any test module
+
+
+def test_the_run_is_in_the_entry_points_tier():
+    assert CONFTEST_SAW == "_DeviceClass"
+    assert list(_get_current_function_mode_stack()) == []  # no function mode
+    assert torch.zeros(1, device="cuda").device == torch.device("cpu")
+    assert str(torch.device(0)) == "cuda:0"
+    assert os.environ["TORCHDEVICE_INTERCEPT"] == "entry-points"
+    child = subprocess.run(
+        [sys.executable, "-c", "import torch; print(type(torch.device).__name__)"],
+        capture_output=True, text=True, check=True,
+    )
+    assert child.stdout.strip() == "_DeviceClass"  # the child is in the tier too
+"""
+
+
+@cpu_host_only
+def test_the_intercept_option_runs_the_suite_in_that_tier(pytester: pytest.Pytester) -> None:
+    """``--torchdevice-intercept entry-points`` implies ``--torchdevice``, and reaches the
+    children of the run through ``TORCHDEVICE_INTERCEPT``."""
+    pytester.makeconftest("import torch\nSAW = type(torch.device).__name__\n")
+    pytester.makepyfile(test_tier=TIER_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-v", "-p", "no:cacheprovider", "--torchdevice-intercept", "entry-points"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "torchdevice: redirecting to cpu (cpu host, *); entry-points tier (no function mode)",
+            "test_tier.py::test_the_run_is_in_the_entry_points_tier PASSED*",
+        ]
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_an_unknown_tier_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--torchdevice-intercept", "modes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--torchdevice-intercept: invalid choice: 'modes'*"])

@@ -33,6 +33,7 @@ def test_defaults():
         "fallback": True,
         "cuda_available": True,
         "written_for": None,
+        "intercept": "mode",
     }
 
 
@@ -73,6 +74,7 @@ def test_argument_overrides_an_invalid_environment_value():
         ("TORCHDEVICE_CUDA_AVAILABLE", "0", "cuda_available", False),
         ("TORCHDEVICE_WRITTEN_FOR", "mps", "written_for", "mps"),
         ("TORCHDEVICE_WRITTEN_FOR", " CUDA ", "written_for", "cuda"),
+        ("TORCHDEVICE_INTERCEPT", "entry-points", "intercept", "entry-points"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )
@@ -415,6 +417,7 @@ def test_run_flags_come_from_the_declaration():
         "--keep-cpu",
         "--host",
         "--written-for",
+        "--intercept",
     ]
     for spec in flagged:
         action = actions[spec.metadata["flag"]]
@@ -423,6 +426,7 @@ def test_run_flags_come_from_the_declaration():
     assert tuple(actions["--log-level"].choices) == ("DEBUG", "INFO", "WARNING", "ERROR")
     assert tuple(actions["--host"].choices) == ("cpu", "mps", "cuda", "simulated-mps")
     assert tuple(actions["--written-for"].choices) == ("cuda", "mps")
+    assert tuple(actions["--intercept"].choices) == ("mode", "entry-points")
     assert actions["--keep-cpu"].nargs == 0  # a switch
     ns = parser.parse_args(
         ["--keep-cpu", "--host", "cpu", "--log-level", "INFO", "--written-for", "mps", "x.py"]

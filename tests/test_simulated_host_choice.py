@@ -84,6 +84,7 @@ def test_the_environment_reaches_torchrun_workers(child_env):  # noqa: F811
     assert {record["device"] for record in by_who.values()} == {SIMULATED}  # cuda:n -> mps:0
 
 
+@pytest.mark.usefixtures("tier")
 def test_a_cuda_first_training_script_matches_the_cpu(child_env, tmp_path):  # noqa: F811
     """Checkpoints loaded with map_location="cuda", a deep-copied EMA model, a pickled
     tensor, DataLoader spawn workers with pin_memory=True (the dataset lives on the device,

@@ -116,9 +116,11 @@ def _export_environment(runtime: Runtime, options: dict[str, Any]) -> None:
 
 
 def _enter_current_thread() -> None:
-    """Push the active mode on the calling thread; it leaves again when the thread ends."""
+    """Push the active mode on the calling thread; it leaves again when the thread ends.
+
+    Not in the entry-points tier, whose wrappers serve every thread without a mode."""
     active = _mode
-    if active is not None:
+    if active is not None and active.runtime.settings.intercept == "mode":
         mode.push(active)
         threads.guard_exit()
 
@@ -160,8 +162,15 @@ def _watch_forks() -> None:
 
 
 def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
-    """Make ``runtime`` current, installing everything if redirection was off."""
+    """Make ``runtime`` current, installing everything if redirection was off.
+
+    One tier at a time: switching between the function mode and the entry-points tier
+    takes the other tier's changes out first (``disable()``), then installs afresh.
+    """
     global _mode, _options
+    if _mode is not None and _mode.runtime.settings.intercept != runtime.settings.intercept:
+        disable()
+        configure_logging(runtime.settings.log_level)  # enable()'s, which disable() undid
     _export_environment(runtime, options)
     accelerator = runtime.default_device
     fallback = (
@@ -202,6 +211,9 @@ def enable(**options: Unpack[Options]) -> None:
       cannot run (default true).
     - ``cuda_available`` (``TORCHDEVICE_CUDA_AVAILABLE``): what the facades' availability
       queries answer while redirecting (default true).
+    - ``intercept`` (``TORCHDEVICE_INTERCEPT``): ``"mode"`` (default: a function mode sees
+      every torch call) or ``"entry-points"`` (wrappers on the functions that take a
+      device, no mode: every other op runs native; docs/tiers.md).
 
     - ``written_for`` (``TORCHDEVICE_WRITTEN_FOR``): ``"cuda"`` or ``"mps"``, the accelerator
       the program is written for; unset, it is read from the module that calls
@@ -273,6 +285,8 @@ def describe(runtime: Runtime) -> str:
     line = f"redirecting to {where} ({host.kind} host, {host.device_name()})"
     if runtime.settings.keep_cpu:
         line += "; explicit 'cpu' requests stay on the CPU"
+    if runtime.settings.intercept != "mode":
+        line += f"; {runtime.settings.intercept} tier (no function mode)"
     return line
 
 

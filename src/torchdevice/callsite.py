@@ -19,6 +19,7 @@ from types import CodeType, FrameType
 __all__ = [
     "CallSite",
     "Position",
+    "add_entry",
     "caller",
     "entered",
     "first_user",
@@ -113,19 +114,35 @@ def past_overrides(frame: FrameType | None, method: str) -> FrameType | None:
     return frame
 
 
-#: The code through which torch enters torchdevice: the function mode's
-#: ``__torch_function__`` (set by :mod:`torchdevice.mode`). Everything below its frame is
+#: The code through which torch calls enter torchdevice: the function mode's
+#: ``__torch_function__`` first (set by :mod:`torchdevice.mode`), then the entry-points
+#: tier's wrappers (:mod:`torchdevice.entry_points`). Everything below such a frame is
 #: torchdevice's own handler code; the frame above it called torch.
-_entry: list[CodeType] = []
+_entry: tuple[CodeType, ...] = ()
+_mode_entry: tuple[CodeType, ...] = ()
+_other_entries: tuple[CodeType, ...] = ()
 #: How many frames lie between the function that asked :func:`caller` (or :func:`entered`)
 #: and the entry, per path key, as found by walking up once; 0 where that path does not
-#: come through the mode (a wrapper torchdevice put on torch).
+#: come through an entry (a wrapper of torchdevice.patches on torch).
 _depths: dict[object, int] = {}
 
 
 def set_entry(code: CodeType) -> None:
-    """Name the code through which torch calls into torchdevice (see :func:`caller`)."""
-    _entry[:] = [code]
+    """Name the function mode's code through which torch calls into torchdevice (see
+    :func:`caller`)."""
+    global _entry, _mode_entry
+    _mode_entry = (code,)
+    _entry = (*_mode_entry, *_other_entries)
+    _depths.clear()
+
+
+def add_entry(code: CodeType) -> None:
+    """Name another code through which torch calls reach a handler (a wrapper of the
+    entry-points tier), after the mode's."""
+    global _entry, _other_entries
+    if not any(code is known for known in _other_entries):
+        _other_entries = (*_other_entries, code)
+    _entry = (*_mode_entry, *_other_entries)
     _depths.clear()
 
 
@@ -147,7 +164,7 @@ def caller(key: object) -> FrameType | None:
             frame: FrameType | None = sys._getframe(depth + 1)
         except ValueError:  # the stack is shallower than that path's
             frame = None
-        if frame is not None and frame.f_code is _entry[0]:
+        if frame is not None and frame.f_code in _entry:
             frame = frame.f_back
             if frame is not None and internal_cache.get(id(frame.f_code)) is False:
                 return frame  # user code called torch directly: the common case, no walk
@@ -166,7 +183,7 @@ def entered(key: object) -> FrameType | None:
             frame: FrameType | None = sys._getframe(depth + 1)
         except ValueError:
             frame = None
-        if frame is not None and frame.f_code is _entry[0]:
+        if frame is not None and frame.f_code in _entry:
             return frame.f_back
     entry = None if depth == 0 else _learn(key)
     return None if entry is None else entry.f_back
@@ -176,11 +193,11 @@ def _learn(key: object) -> FrameType | None:
     """Walk up from the function that asked :func:`caller` or :func:`entered` to the
     mode's entry frame, and remember how far it was for ``key`` (0: not through the mode,
     a user frame came first)."""
-    if not _entry:
+    entries, depth = _entry, 0
+    if not entries:
         return None
-    entry, depth = _entry[0], 0
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code is not entry:
+    while frame is not None and frame.f_code not in entries:
         if not is_internal(frame.f_code):  # user code below any entry: not through the mode
             frame = None
             break

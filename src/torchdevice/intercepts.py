@@ -57,6 +57,8 @@ __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
 # torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
 _is_tracing = is_tracing
+#: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
+_DEVICE = torch.device
 
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
@@ -83,7 +85,7 @@ def _placed(
     decision, device = rt.place(request, func)
     if _is_tracing() or _compiler._is_compiling_flag:
         return device, None
-    if type(request) is torch.device:  # a remembered device object knows its standing
+    if type(request) is _DEVICE:  # a remembered device object knows its standing
         return device, requested(request, decision.standing)
     return device, decision.standing
 
@@ -111,6 +113,9 @@ def _drop_pin(
 
 
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+# torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
+# the wrapper, and the handler is handed the original.
+_AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
 
 
 def _narrow_float64(
@@ -202,10 +207,10 @@ def _from_data(
     if wanted is None:
         return func(*args, **kwargs)
     source: Standing = standing(data) if isinstance(data, torch.Tensor) else "host"
-    if source != wanted and func is torch.asarray and kwargs.get("copy") is None:
+    if source != wanted and func is _ASARRAY and kwargs.get("copy") is None:
         kwargs["copy"] = True
     result = func(*args, **kwargs)
-    if source != wanted and func is torch.as_tensor and _aliases(result, data):
+    if source != wanted and func is _AS_TENSOR and _aliases(result, data):
         result = result.clone()
     return mark(result, wanted)
 
@@ -451,14 +456,14 @@ def parse_to(
         # torch reads an int as an index of the current accelerator (``simgpu:1`` or
         # ``mps:1`` on an MPS host, an index past its one device); the policy reads it as
         # CUDA code means it, a CUDA index (``model.to(rank)`` in DDP scripts).
-        request = torch.device("cuda", request)
+        request = _DEVICE("cuda", request)
         if "device" in kwargs:
             kwargs = {**kwargs, "device": request}
         else:
             args = (request, *args[1:])
     written = args, kwargs
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 0)
-    if type(request) is not torch.device or requested(request, None) is None:
+    if type(request) is not _DEVICE or requested(request, None) is None:
         try:  # a remembered object (Module.cuda's, below) is not as written: decided
             return func(*written[0], **written[1])
         except RuntimeError:  # "cpu:-1": only the decided device can say it
@@ -711,13 +716,19 @@ def pin_memory(
     A tensor already on the accelerator (a redirected factory put it there; DataLoader's
     pin-memory thread pins whatever the dataset returns) is returned as is, ready for the
     transfer it was being prepared for; natively, pinning it would raise. Without CUDA
-    there is no pinned memory: a CPU tensor gets an ordinary copy, as a pinned one would be.
+    there is no pinned memory: a CPU tensor the user's code pins gets an ordinary copy, as
+    a pinned one would be. Torch's own pinning (the DataLoader's pin-memory thread, every
+    batch) gets the tensor itself: the batch is fresh and nothing else holds it, so that
+    copy bought nothing and cost the DataLoader workload about 7 % (issue 27).
     """
     tensor = args[0]
     if not tensor.is_cpu:
         return tensor
     if pins(rt.host, "cpu"):
         return func(*args, **kwargs)
+    maker = callsite.entered(pin_memory)
+    if maker is not None and callsite.is_internal(maker.f_code):
+        return tensor
     _note_pin(rt, "Tensor.pin_memory", "cuda", "cpu")
     return tensor.clone()
 

@@ -41,6 +41,8 @@ __all__ = ["Resolved", "Runtime", "active", "set_active"]
 
 _is_compiling = compiling.is_compiling
 _is_tracing = compiling.is_tracing
+#: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
+_DEVICE = torch.device
 
 #: A cached resolution: the decision, its torch.device, and how the report counts it
 #: (``None``: not at all). What the request stands for is ``decision.standing``.
@@ -251,7 +253,7 @@ class Runtime:
             self.set_cpu_override(not self._state.cpu_override)
         # A device object was reported where it was made (``torch.device(...)``): its
         # uses (``x.to(device)``) are no lines to port.
-        if kind is not None and report and type(request) is not torch.device:
+        if kind is not None and report and type(request) is not _DEVICE:
             frame = callsite.caller(api)
             if method is not None:
                 frame = callsite.past_overrides(frame, method)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_VARS",
     "FIELDS",
+    "Intercept",
     "LogLevel",
     "Options",
     "Settings",
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+#: How device requests are seen (docs/tiers.md): a function mode, or wrappers on the
+#: device-taking entry points.
+Intercept = Literal["mode", "entry-points"]
 
 
 def setting(
@@ -73,6 +77,7 @@ class Options(TypedDict, total=False):
     fallback: bool
     cuda_available: bool
     written_for: WrittenFor | None
+    intercept: Intercept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +150,20 @@ class Settings:
     read once per activation from the program itself: the script the launcher runs, the module
     that calls enable(), else __main__ (torchdevice.program), never from a library that asks.
     """
+    intercept: Intercept = field(
+        default="mode",
+        metadata=setting(
+            env="TORCHDEVICE_INTERCEPT",
+            flag="--intercept",
+            flag_help="how device requests are seen: mode (default: a function mode sees every "
+            "torch call) or entry-points (wrappers on the functions that take a device; ops "
+            "without one run native: docs/tiers.md)",
+        ),
+    )
+    """How device requests are seen: 'mode' (a TorchFunctionMode sees every torch call, per
+    thread: the default) or 'entry-points' (wrappers on the functions that take a device, no
+    mode: every other op runs native, at native speed; docs/tiers.md says what differs and
+    which to pick)."""
 
 
 #: The option names, in declaration order.

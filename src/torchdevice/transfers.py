@@ -54,6 +54,8 @@ _MARK: Final = "_torchdevice_stands_for"
 
 # torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
 _is_tracing = is_tracing
+#: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
+_DEVICE: Final = torch.device
 
 #: Device objects handed out for a request that stands for something other than its real
 #: device: one per (type, index, standing), kept alive so that their ids stay theirs.
@@ -107,7 +109,7 @@ def requested(request: object, parsed: Standing | None) -> Standing | None:
     A device object from :func:`device_object` remembers; any other request is read by
     its value (``stands_for`` of the policy).
     """
-    if type(request) is torch.device:
+    if type(request) is _DEVICE:
         hit = _standing_of_object.get(id(request))
         if hit is not None and hit[0] is request:
             return hit[1]

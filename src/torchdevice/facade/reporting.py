@@ -22,25 +22,34 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
-
-from torchdevice import callsite
-from torchdevice.runtime import active
+from torchdevice import callsite, compiling
+from torchdevice import runtime as runtime_module
 
 __all__ = ["count_call", "reported_namespace"]
 
-_is_compiling = torch.compiler.is_compiling
+_is_tracing = compiling.is_tracing
+_compiler = compiling._compiler
+_internal = callsite.internal_cache
 
 
 def _count(api: str, depth: int) -> None:
-    """Count a call of ``api`` made by the frame ``depth`` frames above this one."""
-    if _is_compiling():
+    """Count a call of ``api`` made by the frame ``depth`` frames above this one.
+
+    On the path of every facade call (``torch.cuda.is_current_stream_capturing()`` runs
+    once per token in Transformers' ``generate``): the compile check is read as
+    :mod:`torchdevice.compiling` inlines it, and the caller's code is looked up in the
+    call-site cache before asking :func:`~torchdevice.callsite.is_internal`.
+    """
+    if _is_tracing() or _compiler._is_compiling_flag:
         return
-    rt = active()
+    rt = runtime_module._active
     if rt is None:
         return
     frame = sys._getframe(depth)
-    if not callsite.is_internal(frame.f_code):  # cached per code object
+    internal = _internal.get(id(frame.f_code))
+    if internal is None:
+        internal = callsite.is_internal(frame.f_code)
+    if not internal:
         rt.note_device_api(api, frame)
 
 

@@ -99,9 +99,15 @@ def _env_places() -> tuple[ledger.Place, ...]:
     return tuple(ledger.env_place(name) for name in (ACTIVATE_VAR, *ENV_VARS))
 
 
+def _uses_the_mode(activation: Activation) -> bool:
+    """Whether the activation sees requests through the function mode (the default tier)."""
+    return activation.runtime.settings.intercept == "mode"
+
+
 def _install_threads(activation: Activation) -> None:
-    threads.install(activation.enter_thread, activation.leave_thread)
-    activation.enter_thread()
+    if _uses_the_mode(activation):  # the entry-points tier's wrappers are process-wide
+        threads.install(activation.enter_thread, activation.leave_thread)
+        activation.enter_thread()
 
 
 def _thread_places() -> tuple[ledger.Place, ...]:
@@ -172,6 +178,25 @@ def _facade_places() -> tuple[ledger.Place, ...]:
     from torchdevice import facade  # noqa: PLC0415 - keeps `import torchdevice` light
 
     return facade.places()
+
+
+def _install_entry_points(activation: Activation) -> None:
+    """The entry-points tier's wrappers (:mod:`torchdevice.entry_points`), for the table of
+    the host in force: after the facades, which let dynamo build its table of torch
+    functions from the real ones first."""
+    from torchdevice import entry_points  # noqa: PLC0415 - only this tier needs it
+
+    if _uses_the_mode(activation):
+        ledger.undo(entry_points.GROUP)
+    else:
+        entry_points.install(activation.runtime.table)
+        entry_points.warn_without_native_fallback(activation.runtime)
+
+
+def _entry_point_places() -> tuple[ledger.Place, ...]:
+    from torchdevice import entry_points  # noqa: PLC0415 - only the pristine check asks
+
+    return entry_points.places()
 
 
 def _install_net(_: Activation) -> None:
@@ -262,6 +287,13 @@ INSTALL_ORDER: Final[tuple[Patch, ...]] = (
         "every",
         _install_facades,
         _facade_places,
+    ),
+    Patch(
+        "entry-point wrappers",
+        ("entry-point wrappers",),
+        "every",
+        _install_entry_points,
+        _entry_point_places,
     ),
     Patch("dispatcher net", (net.GROUP,), "first", _install_net, net.places),
     Patch("report parts", ("report parts",), "first", _install_report_parts, _report_parts_places),

@@ -18,7 +18,9 @@ autograd and device checks as a tensor on MPS, and:
   operator 'aten::heaviside.out' is not currently implemented for the simgpu device...",
   ``mps_error_fallback`` in ``aten/src/ATen/mps/MPSFallback.mm``), for ops of every namespace,
   as on MPS with ``PYTORCH_ENABLE_MPS_FALLBACK`` unset. Nothing silently computes on the
-  wrong device;
+  wrong device. With ``PYTORCH_ENABLE_MPS_FALLBACK=1`` in the environment when the device
+  registers (MPS reads it at torch's import), those ops run on the CPU instead, with MPS's
+  warning, as ``mps_cpu_fallback`` does (:func:`_cpu_fallback`);
 * **has MPS's dtypes**: no float64 (allocating one raises MPS's ``TypeError``, "Cannot convert a
   simgpu Tensor to float64 dtype..."), and kernels refuse the dtypes MPS kernels refuse
   (complex128, float8...: :data:`~torchdevice.testing.mps_ops.MPS_DTYPES`). Copies, views and
@@ -68,6 +70,7 @@ Limits:
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -76,7 +79,7 @@ from typing import Any, Final, NamedTuple, NoReturn, cast
 
 import torch
 from torch.utils._mode_utils import no_dispatch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.backend_registration import (
     generate_methods_for_privateuse1_backend,
     rename_privateuse1_backend,
@@ -484,13 +487,97 @@ def _dtype_message(dtype: torch.dtype, name: str) -> str:
     )
 
 
-def _missing_kernel(name: str) -> Callable[..., NoReturn]:
-    """The boxed fallback: every op without a kernel on the device raises MPS's error."""
+#: The values of ``PYTORCH_ENABLE_MPS_FALLBACK`` that switch MPS's CPU fallback on
+#: (``c10::utils::check_env``'s true words).
+_TRUE_WORDS: Final = frozenset({"1", "on", "yes", "true", "y"})
+
+
+def _cpu_fallback_enabled() -> bool:
+    """Whether ``PYTORCH_ENABLE_MPS_FALLBACK`` asks for MPS's CPU fallback."""
+    return os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "").strip().lower() in _TRUE_WORDS
+
+
+def _missing_kernel(name: str) -> Callable[..., Any]:
+    """The boxed fallback: every op without a kernel on the device raises MPS's error, or,
+    with ``PYTORCH_ENABLE_MPS_FALLBACK`` set when the device registers, runs on the CPU
+    (:func:`_cpu_fallback`), as MPS registers ``mps_fallback`` instead of
+    ``mps_error_fallback`` when the variable is set at torch's import."""
+    if _cpu_fallback_enabled():
+        warned: set[str] = set()
+
+        def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+            return _cpu_fallback(name, warned, op, args, kwargs)
+
+        return fallback
 
     def missing(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> NoReturn:
         raise NotImplementedError(_not_implemented_message(_operator_name(op), name))
 
     return missing
+
+
+def _cpu_fallback(
+    name: str,
+    warned: set[str],
+    op: torch._ops.OpOverload,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Run ``op`` on the CPU for the device, as ``at::native::cpu_fallback`` does for MPS.
+
+    MPS's warning first, once per operator (torchdevice counts it in the report from its
+    text); then every device tensor of the arguments is copied to the CPU, the CPU kernel
+    runs, the arguments the op writes (``out=``, in-place) get the CPU values copied back,
+    and the results come back on the device (an argument the op returned is that argument).
+    """
+    operator = _operator_name(op)
+    if operator not in warned:
+        warned.add(operator)
+        warnings.warn(
+            f"The operator '{operator}' is not currently supported on the {name} backend and "
+            "will fall back to run on the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=2,
+        )
+    flat, spec = tree_flatten((args, kwargs))
+    device = next(
+        (t.device for t in flat if isinstance(t, torch.Tensor) and t.device.type == name), None
+    )
+    with _below_python():
+        cpu_flat = [
+            t.cpu() if isinstance(t, torch.Tensor) and t.device.type == name else t for t in flat
+        ]
+        cpu_args, cpu_kwargs = tree_unflatten(cpu_flat, spec)
+        out = op(*cpu_args, **cpu_kwargs)
+        written: dict[int, torch.Tensor] = {}
+        for position, argument in enumerate(op._schema.arguments):
+            alias = argument.alias_info
+            if alias is None or not alias.is_write:
+                continue
+            if position < len(args):
+                given, computed = args[position], cpu_args[position]
+            else:
+                given, computed = kwargs.get(argument.name), cpu_kwargs.get(argument.name)
+            pairs = (
+                zip(given, computed, strict=True)
+                if isinstance(given, (list, tuple))
+                else [(given, computed)]
+            )
+            for original, value in pairs:
+                if isinstance(original, torch.Tensor):
+                    if original is not value:
+                        original.copy_(value)
+                    written[id(value)] = original
+
+        def back(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            original = written.get(id(value))
+            if original is not None:
+                return original
+            return value if device is None else value.to(device)
+
+        return tree_map(back, out)
 
 
 @contextmanager

@@ -493,7 +493,17 @@ def _info(argv: Sequence[str], prog: str) -> int:
         f"  enabled at import: {'yes' if activation_requested() else 'no'} "
         "(ACTIVATE_TORCH_DEVICE, TORCH_ALLOW_REDIRECTS)"
     )
+    intercept = next(row["value"] for row in rows if row["name"] == "intercept")
+    print(f"  tier: {intercept}: {TIERS[intercept]} (docs/tiers.md)")
     return 0
+
+
+#: What each tier (the ``intercept`` setting) sees, for ``torchdevice info``.
+TIERS = {
+    "mode": "a function mode sees every torch call, on every covered thread",
+    "entry-points": "wrappers on the functions that take a device; every other op runs "
+    "native, with no function mode",
+}
 
 
 def info_dict(host: Host, settings: list[dict[str, Any]]) -> dict[str, Any]:

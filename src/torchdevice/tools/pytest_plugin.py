@@ -22,6 +22,9 @@ fixture ``torchdevice``
 marker ``@pytest.mark.torchdevice_native``
     the test runs natively even under ``--torchdevice``: redirection is off from its setup
     to its teardown and back on afterwards.
+``--torchdevice-intercept {mode,entry-points}``
+    redirect the whole run (implies ``--torchdevice``) through that tier, in every process
+    of the run (``TORCHDEVICE_INTERCEPT``; docs/tiers.md).
 ``--torchdevice-skip-unsupported`` and marker ``@pytest.mark.torchdevice_skip_unsupported``
     a test (or its setup) that raises :class:`~torchdevice.errors.UnsupportedFeatureError`
     (a CUDA-only feature such as CUDA graphs, on a host that cannot run it) is reported as
@@ -56,7 +59,7 @@ from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import pytest
 
@@ -67,6 +70,7 @@ from torchdevice.host import HOST_CHOICES
 from torchdevice.reporting import MigrationReport, merge
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
+from torchdevice.settings import Intercept
 from torchdevice.tools.outputs import unwritable
 
 if TYPE_CHECKING:
@@ -98,6 +102,10 @@ REPORT_KEY = "torchdevice_report"
 _ENV = "ACTIVATE_TORCH_DEVICE"
 #: The environment variable that forces the host, in this process and its children.
 _HOST_ENV = "TORCHDEVICE_HOST"
+#: The environment variable that picks the tier, in this process and its children.
+_INTERCEPT_ENV = "TORCHDEVICE_INTERCEPT"
+#: The tiers ``--torchdevice-intercept`` takes (the ``intercept`` setting's values).
+_INTERCEPTS: tuple[str, ...] = get_args(Intercept)
 _UNSET = "\0unset"
 
 
@@ -111,6 +119,8 @@ class _State:
     saved_env: str = _UNSET
     #: ``os.environ[TORCHDEVICE_HOST]`` before ``--torchdevice-host`` set it (None: not set).
     saved_host: str | None = None
+    #: ``os.environ[TORCHDEVICE_INTERCEPT]`` before ``--torchdevice-intercept`` set it.
+    saved_intercept: str | None = None
     #: Reports received from xdist workers (plain dicts, as ``MigrationReport.to_dict``).
     worker_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: The merged report, once written.
@@ -162,6 +172,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "process of the run (TORCHDEVICE_HOST); simulated-mps runs on the simulated MPS "
         "device: MPS's op set, errors and dtypes on the CPU",
     )
+    group.addoption(
+        "--torchdevice-intercept",
+        choices=_INTERCEPTS,
+        default=None,
+        dest="torchdevice_intercept",
+        help="redirect the whole run (implies --torchdevice) through this tier, in every "
+        "process of the run (TORCHDEVICE_INTERCEPT): mode (a function mode sees every torch "
+        "call) or entry-points (wrappers on the functions that take a device; docs/tiers.md)",
+    )
     parser.addini(
         "torchdevice", "redirect the whole run (as --torchdevice)", type="bool", default=False
     )
@@ -179,11 +198,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _asked(config: pytest.Config) -> bool:
-    """``--torchdevice``, ``--torchdevice-host`` or ``torchdevice = true`` in the
-    configuration."""
+    """``--torchdevice``, ``--torchdevice-host``, ``--torchdevice-intercept`` or
+    ``torchdevice = true`` in the configuration."""
     return bool(
         config.getoption("torchdevice_enabled")
         or config.getoption("torchdevice_host")
+        or config.getoption("torchdevice_intercept")
         or config.getini("torchdevice")
     )
 
@@ -211,7 +231,7 @@ def _state(config: pytest.Config) -> _State:
     return config.stash.setdefault(_STATE, _State())
 
 
-def _start(config: pytest.Config, host: str | None) -> None:
+def _start(config: pytest.Config, host: str | None, intercept: str | None = None) -> None:
     """Switch redirection on for this process and its children (idempotent)."""
     state = _state(config)
     if state.enabled:
@@ -221,6 +241,9 @@ def _start(config: pytest.Config, host: str | None) -> None:
     if host is not None:
         state.saved_host = os.environ.get(_HOST_ENV, _UNSET)
         os.environ[_HOST_ENV] = host  # ... and force the same host
+    if intercept is not None:
+        state.saved_intercept = os.environ.get(_INTERCEPT_ENV, _UNSET)
+        os.environ[_INTERCEPT_ENV] = intercept  # ... in the same tier
     try:
         _activation().enable_for(program.of_main, {})
     except SettingsError as exc:  # a bad TORCHDEVICE_* value or a host the machine
@@ -234,12 +257,16 @@ def _start(config: pytest.Config, host: str | None) -> None:
 
 def _restore_env(state: _State) -> None:
     """Put back the variables :func:`_start` set for this process and its children."""
-    for variable, saved in ((_ENV, state.saved_env), (_HOST_ENV, state.saved_host)):
+    for variable, saved in (
+        (_ENV, state.saved_env),
+        (_HOST_ENV, state.saved_host),
+        (_INTERCEPT_ENV, state.saved_intercept),
+    ):
         if saved == _UNSET:
             os.environ.pop(variable, None)
         elif saved is not None:
             os.environ[variable] = saved
-    state.saved_host = None
+    state.saved_host = state.saved_intercept = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -259,7 +286,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """
     known = early_config.known_args_namespace
     requested = bool(
-        known.torchdevice_enabled or known.torchdevice_host or early_config.getini("torchdevice")
+        known.torchdevice_enabled
+        or known.torchdevice_host
+        or known.torchdevice_intercept
+        or early_config.getini("torchdevice")
     )
     _check_report_path(early_config)
     try:
@@ -271,7 +301,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
             pytest.PytestConfigWarning(f"{exc}; torchdevice stays off"), stacklevel=2
         )
     if requested:
-        _start(early_config, known.torchdevice_host)
+        _start(early_config, known.torchdevice_host, known.torchdevice_intercept)
 
 
 def _check_report_path(config: pytest.Config) -> None:
@@ -298,7 +328,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _is_worker(config):
         _check_report_path(config)  # loaded too late for the hook above (`-p`, pytester)
     if _asked(config):
-        _start(config, config.getoption("torchdevice_host"))  # e.g. via `pytest_plugins`
+        _start(  # e.g. via `pytest_plugins`
+            config, config.getoption("torchdevice_host"), config.getoption("torchdevice_intercept")
+        )
     config.pluginmanager.register(_SkipUnsupported(config), "torchdevice-skip-unsupported")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "torchdevice-xdist")

@@ -1,0 +1,460 @@
+"""The entry-points tier (``enable(intercept="entry-points")``): the mode's table, policy,
+runtime, report and undo, reached through wrappers on the device-taking functions instead
+of a ``TorchFunctionMode``.
+
+Why a second way in: a function mode is called on every torch call, an attribute read such
+as ``p.grad`` included, whether or not it takes a device, and PyTorch sets a floor under
+that call (pytorch/pytorch#92701; measured in benchmarks/README.md: a do-nothing Python mode
+adds about as many instructions as ``a + b`` itself costs). No torch mechanism lets an op
+without a device skip a mode, so the only way under that floor is not to have one on the
+stack. Here every call that cannot take a device is native, and the functions of the mode's
+own table (:func:`torchdevice.intercepts.build_table`: torch's ``_device_constructors()``,
+``*_like``, ``Tensor.new_*``, ``Tensor.to/cuda/cpu/type/pin_memory``, ``_parse_to`` under
+``Module.to``, and on accelerator hosts ``Tensor.numpy`` and the random ops that take a
+generator) are wrapped at their public names. Each wrapper calls the mode's handler for its
+function with the active :class:`~torchdevice.runtime.Runtime`: one policy, one decision
+cache, one report, one ledger.
+
+``torch.device`` is a C type that cannot be subclassed; it is replaced by a stand-in class
+(:class:`device`) whose instances are the genuine C objects: constructing one goes through
+the mode's ``torch.device`` handler (``torch.device(0)`` reads as ``cuda:0`` as written,
+``"cpu:-1"`` toggles the override), and ``isinstance``/``issubclass`` checks, ``==`` and
+hashing of the class answer as for the C type (its metaclass delegates them to it at C
+speed). Only ``type(d) is torch.device`` tells them apart (docs/tiers.md).
+
+The handlers were written to run inside the mode's ``__torch_function__``, where torch has
+taken the mode off the stack, so the torch calls they make themselves (``_move``'s
+``tensor.to(device)``) are native. Here a thread-local flag plays that part: while a handler
+runs on a thread, the wrappers on that thread call the original. And as the mode, the
+wrappers leave alone what runs under ``torch._C.DisableTorchFunction()``: torchdevice's own
+native sections (staging through host memory for ``torch.distributed``, rebuilding
+unpickled tensors, the dispatcher net's allocations) rely on it.
+
+The rest of what the mode's activation installs is installed as for the mode
+(:data:`torchdevice.patches.INSTALL_ORDER`): ``load``, ``Generator``, ``Module.cuda``, the
+facades, autocast, distributed, and the dispatcher net under all of it. What differs from
+the mode is one table in docs/tiers.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from types import CodeType, FrameType, ModuleType
+from typing import Any, Final
+
+import torch
+
+from torchdevice import callsite, ledger
+from torchdevice import runtime as runtime_module
+from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.host import Host
+from torchdevice.intercepts import Handler, build_table, device_ctor, explicit_factory, factory
+from torchdevice.intercepts import tensor_to as tensor_to_handler
+from torchdevice.logs import logger
+from torchdevice.runtime import Runtime
+from torchdevice.transfers import mark_placed, moved, requested
+
+__all__ = [
+    "GROUP",
+    "LEFT_OUT",
+    "REAL_DEVICE",
+    "device",
+    "install",
+    "installed",
+    "places",
+    "targets",
+    "warn_without_native_fallback",
+]
+
+#: Ledger group of the wrappers and of the ``torch.device`` stand-in.
+GROUP: Final = "entry-point wrappers"
+
+#: The C type ``torch.device``, bound at import (``torch.device`` is the stand-in while this
+#: tier is on).
+REAL_DEVICE: Final = torch.device
+
+#: Functions of the mode's table that this tier does not wrap, and why.
+LEFT_OUT: Mapping[str, str] = {
+    "torch.nested.nested_tensor": "a Python function over C functions that torchdevice."
+    "patches wraps already, for the mode too (it never reaches a function mode)",
+}
+
+_is_tracing = is_tracing
+#: True under ``torch._C.DisableTorchFunction()``: what the mode does not see either.
+_all_disabled = torch._C._is_torch_function_all_disabled
+
+
+#: The threads (by ``threading.get_ident()``) on which a handler is running: their torch
+#: calls go straight through. A set rather than a ``threading.local``: the hot path reads
+#: one global and, while no handler runs anywhere, finds it empty.
+_busy: set[int] = set()
+_get_ident = threading.get_ident
+
+
+def _handled(
+    rt: Runtime,
+    original: Callable[..., Any],
+    handler: Handler,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """The handler's full path: as the mode would call it, the wrappers off on this thread
+    while it runs. Under dynamo the handler is traced as the mode's is (no thread-local
+    state in a graph)."""
+    if _is_tracing():
+        return handler(rt, original, args, kwargs)
+    thread = _get_ident()
+    if thread in _busy or _all_disabled():
+        return original(*args, **kwargs)
+    _busy.add(thread)
+    try:
+        return handler(rt, original, args, kwargs)
+    finally:
+        _busy.discard(thread)
+
+
+def _wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
+    """``original`` sending its calls through ``handler`` while an activation is on."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt: Runtime | None = runtime_module._active
+        if rt is None:
+            return original(*args, **kwargs)
+        return _handled(rt, original, handler, args, kwargs)
+
+    functools.update_wrapper(wrapper, original)  # name, docstring; __wrapped__ = original
+    return wrapper
+
+
+#: Factories whose data argument has copy rules of its own: the handler's full path.
+_DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+
+
+def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
+    """A factory (``factory``/``explicit_factory`` handler) with its common calls inlined.
+
+    A device-less call is native where device-less factories stay put (a CPU-only host),
+    and placed here where they go to the accelerator, unless a rule of the handler's
+    applies (``out=``, a generator, pinning, float64 on MPS). A call whose ``device=`` has
+    a cached decision is placed here: the device swapped in, the call site counted at the
+    caller's frame (one frame read when the caller is user code), the result's storage
+    marked for the copy semantics (:mod:`torchdevice.transfers`), as the handler does.
+    Everything else (a first request, dynamo, a native section) takes the handler.
+    """
+    places_default = handler is factory
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt: Runtime | None = runtime_module._active
+        if rt is None:
+            return original(*args, **kwargs)
+        request = kwargs.get("device")
+        if request is None:
+            default = rt.default_device
+            if default is None or not places_default:
+                if not kwargs.get("pin_memory"):
+                    return original(*args, **kwargs)
+            elif not (
+                rt.float64_device is not None
+                or "out" in kwargs
+                or "generator" in kwargs
+                or "pin_memory" in kwargs
+                or _is_tracing()  # before the thread-local read: dynamo traces this
+                or _compiler._is_compiling_flag
+                or (_busy and _get_ident() in _busy)
+                or _all_disabled()
+            ):
+                kwargs["device"] = default
+                return mark_placed(original(*args, **kwargs), "host")
+        elif not (
+            rt.float64_device is not None
+            or "pin_memory" in kwargs
+            or _is_tracing()
+            or _compiler._is_compiling_flag
+            or (_busy and _get_ident() in _busy)
+            or _all_disabled()
+        ):
+            try:
+                resolved = rt.decisions.get((type(request), request))
+            except TypeError:  # unhashable: the handler lets the policy raise
+                resolved = None
+            if resolved is not None:
+                decision, placed, kind = resolved
+                kwargs["device"] = placed
+                result = original(*args, **kwargs)
+                if type(request) is REAL_DEVICE:  # as Runtime.place: no row where a device
+                    # object is used (it was reported where it was made)
+                    wanted = requested(request, decision.standing)
+                else:
+                    wanted = decision.standing
+                    if kind is not None:
+                        frame: FrameType | None = sys._getframe(1)
+                        if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
+                            frame = callsite.first_user(frame)
+                        rt.recorder.hit(frame, original, decision, kind)
+                # mark_placed's own test first: most results need no mark
+                if wanted is not None and result.is_cpu is (wanted != "host"):
+                    mark_placed(result, wanted)
+                return result
+        return _handled(rt, original, handler, args, kwargs)
+
+    functools.update_wrapper(wrapper, original)
+    return wrapper
+
+
+def _is_device_arg(value: object) -> bool:
+    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor)."""
+    return isinstance(value, (str, REAL_DEVICE, int)) and not isinstance(value, bool)
+
+
+#: The request types ``Tensor.to``'s inlined path takes (``bool`` is not an ``int`` here).
+_DEVICE_ARGS = frozenset({str, REAL_DEVICE, int})
+
+
+def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
+    """``Tensor.to``: a call that names no device (``.to(dtype)``, ``.to(other)``) is
+    native where no dtype rule applies (every host but MPS). A device given first or as
+    ``device=`` (``x.to(other.device)`` and ``x.to(device=..., dtype=...)`` run several times
+    per token in ``generate``) with a cached decision is placed here as the handler places
+    it: the device swapped in, the call counted at the caller's line (not for a device
+    object), the copy semantics (:func:`~torchdevice.transfers.moved`). The rest (a first
+    request, the dtype rule, dynamo, a native section) takes the handler."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt: Runtime | None = runtime_module._active
+        if rt is None:
+            return original(*args, **kwargs)
+        if "device" in kwargs:
+            request = kwargs["device"]
+            positional = False
+        elif len(args) > 1 and type(args[1]) in _DEVICE_ARGS:
+            request = args[1]
+            positional = True
+        else:  # .to(dtype), .to(tensor), .to(): no device (a str or int subclass: the handler)
+            if rt.float64_device is None and (len(args) < 2 or not _is_device_arg(args[1])):
+                return original(*args, **kwargs)
+            return _handled(rt, original, handler, args, kwargs)
+        if (
+            request is None
+            or rt.float64_device is not None
+            or _is_tracing()
+            or _compiler._is_compiling_flag
+            or (_busy and _get_ident() in _busy)
+            or _all_disabled()
+        ):
+            return _handled(rt, original, handler, args, kwargs)
+        kind_of = type(request)
+        try:
+            resolved = rt.decisions.get((kind_of, request))
+        except TypeError:  # unhashable: the handler lets the policy raise
+            resolved = None
+        if resolved is None:  # a first request: the policy, through the handler
+            return _handled(rt, original, handler, args, kwargs)
+        decision, placed, kind = resolved
+        tensor = args[0]
+        if positional:
+            result = original(tensor, placed, *args[2:], **kwargs)
+        else:
+            kwargs["device"] = placed
+            result = original(*args, **kwargs)
+        if kind_of is REAL_DEVICE:  # no row where a device object is used
+            wanted = requested(request, decision.standing)
+        else:
+            wanted = decision.standing
+            if kind is not None:
+                frame: FrameType | None = sys._getframe(1)
+                if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
+                    frame = callsite.first_user(frame)
+                rt.recorder.hit(frame, original, decision, kind)
+        return result if wanted is None else moved(tensor, result, wanted)
+
+    functools.update_wrapper(wrapper, original)
+    return wrapper
+
+
+def _make(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
+    """The wrapper for ``original``: the inlined factory path where it applies."""
+    if handler in (factory, explicit_factory) and original not in _DATA_FACTORIES:
+        return _factory_wrapper(original, handler)
+    if handler is tensor_to_handler:
+        return _to_wrapper(original, handler)
+    return _wrapper(original, handler)
+
+
+class _DeviceClass(type):
+    """The metaclass of the ``torch.device`` stand-in: the C type in every check but ``is``.
+
+    ``isinstance``/``issubclass`` are the C type's own bound methods (not descriptors, so
+    Python calls them as they are: C speed); ``==`` and ``hash`` make the stand-in and the
+    C type one key of a set or dict, so tables built while either was ``torch.device``
+    (dynamo's constant types, a ``singledispatch`` registry) find both.
+    """
+
+    __instancecheck__ = REAL_DEVICE.__instancecheck__
+    __subclasscheck__ = REAL_DEVICE.__subclasscheck__
+
+    def __eq__(cls, other: object) -> bool:
+        return other is cls or other is REAL_DEVICE
+
+    def __hash__(cls) -> int:
+        return hash(REAL_DEVICE)
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(REAL_DEVICE, name)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        rt: Runtime | None = runtime_module._active
+        if rt is None:
+            return REAL_DEVICE(*args, **kwargs)
+        return _handled(rt, REAL_DEVICE, device_ctor, args, kwargs)
+
+
+class device(metaclass=_DeviceClass):
+    """``torch.device`` while the entry-points tier is on: calls return genuine
+    ``torch.device`` objects, placed by the policy (``torch.device(0)`` is ``cuda:0`` as
+    written; ``"cpu:-1"`` toggles the CPU override)."""
+
+
+device.__module__ = "torch"
+device.__qualname__ = device.__name__ = "device"
+device.__doc__ = REAL_DEVICE.__doc__
+
+
+def _entries() -> tuple[CodeType, ...]:
+    """The code through which torch calls reach the handlers in this tier: the wrappers'
+    (see :func:`torchdevice.callsite.add_entry`)."""
+    dummy: Handler = factory
+    wrappers = (make(len, dummy) for make in (_wrapper, _factory_wrapper, _to_wrapper))
+    return (*(wrapper.__code__ for wrapper in wrappers), _DeviceClass.__call__.__code__)
+
+
+for _code in _entries():
+    callsite.add_entry(_code)
+
+
+def _owners() -> Iterator[ModuleType | type]:
+    """Where the table's functions are found by their public names."""
+    yield torch
+    yield torch.fft
+    yield torch.Tensor
+    yield torch._C.TensorBase
+    yield torch._C._nn
+
+
+def targets(table: Mapping[Callable[..., Any], Handler]) -> list[tuple[Any, str, Handler]]:
+    """``(owner, name, handler)`` for each function of ``table`` at each public name.
+
+    ``torch.Tensor`` methods are set on ``torch.Tensor`` (shadowing ``TensorBase``'s), so
+    undoing removes them again. ``torch.device`` is the stand-in's (:class:`device`); a
+    function found nowhere is left out (:data:`LEFT_OUT`).
+    """
+    found: list[tuple[Any, str, Handler]] = []
+    seen: set[tuple[int, str]] = set()
+    for owner in _owners():
+        target_owner = torch.Tensor if owner is torch._C.TensorBase else owner
+        for name, value in list(vars(owner).items()):
+            try:
+                handler = table.get(value)
+            except TypeError:  # unhashable attribute
+                continue
+            if handler is None or value is REAL_DEVICE:
+                continue
+            key = (id(target_owner), name)
+            if key not in seen:
+                seen.add(key)
+                found.append((target_owner, name, handler))
+    return found
+
+
+#: The table the wrappers in place serve (the runtime's: it follows the host).
+_served: list[Mapping[Callable[..., Any], Handler]] = []
+
+
+def install(table: Mapping[Callable[..., Any], Handler]) -> None:
+    """Put a wrapper on every function of ``table`` at its public names, and the
+    stand-in at ``torch.device`` (idempotent; wrappers for another table are replaced).
+
+    The wrappers read the active runtime at each call; ``disable()`` takes them out
+    through the ledger, newest first, after which torch's attributes are its own again.
+    """
+    if installed():
+        if _served and _served[0] is table:
+            return
+        ledger.undo(GROUP)
+    builtins = _torchscript_builtins()  # built from torch's own functions, before any wrapper
+    replacements: list[tuple[Any, str, Any]] = [
+        (owner, name, _make(getattr(owner, name), handler))
+        for owner, name, handler in targets(table)
+    ]
+    replacements.append((torch, "device", device))
+    wrapped: list[int] = []
+    for owner, name, wrapper in replacements:
+        original = getattr(owner, name)
+        ledger.set_attr(GROUP, owner, name, wrapper)
+        op = builtins.get(id(original))
+        if op is not None:  # TorchScript compiles a call of the wrapper as the op itself
+            builtins[id(wrapper)] = op
+            wrapped.append(id(wrapper))
+    ledger.hook(GROUP, "TorchScript's builtins", lambda: _forget(builtins, wrapped))
+    _served[:] = [table]
+
+
+def _torchscript_builtins() -> dict[int, str]:
+    """TorchScript's table of builtin functions (id -> ``aten::`` op), built now if it was
+    not: built later, while the wrappers are in place, it would hold them instead of
+    torch's functions, for good."""
+    from torch.jit import _builtins  # noqa: PLC0415 - torch has imported it already
+
+    table: dict[int, str] = _builtins._get_builtin_table()  # type: ignore[no-untyped-call]
+    return table
+
+
+def _forget(builtins: dict[int, str], wrapped: list[int]) -> None:
+    """Take the wrappers out of TorchScript's builtins (their ids may be reused)."""
+    for key in wrapped:
+        builtins.pop(key, None)
+
+
+def installed() -> bool:
+    """Whether the wrappers are in place."""
+    return ledger.has(GROUP)
+
+
+#: What switches PyTorch's MPS fallback on (``c10::utils::check_env``'s true words).
+_FALLBACK_ON: Final = frozenset({"1", "on", "yes", "true", "y"})
+_warned_fallback: list[bool] = []
+
+
+def warn_without_native_fallback(runtime: Runtime) -> None:
+    """Say once, on an MPS host, that this tier's CPU fallback is PyTorch's own and is off.
+
+    The tier sees no op that takes no device, so an op MPS lacks falls back only through
+    ``PYTORCH_ENABLE_MPS_FALLBACK=1``, which PyTorch reads at its import (torchdevice sets
+    it on macOS when it is imported first, as the launcher and ``ACTIVATE_TORCH_DEVICE=1``
+    import it). Without it such an op raises; the mode would have rerun it on the CPU.
+    """
+    if runtime.host.kind != "mps" or not runtime.settings.fallback or _warned_fallback:
+        return
+    if os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "").strip().lower() in _FALLBACK_ON:
+        return
+    _warned_fallback.append(True)
+    logger.warning(
+        "torchdevice: the entry-points tier reruns ops MPS lacks on the CPU only through "
+        "PyTorch's own fallback, and PYTORCH_ENABLE_MPS_FALLBACK is not set: such ops will "
+        "raise. Start with `python -m torchdevice` (or import torchdevice before torch), set "
+        "PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported, or use intercept='mode'."
+    )
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """Every attribute :func:`install` may change on some host (an accelerator host wraps
+    more), for the pristine check."""
+    found = {
+        (id(owner), name): ledger.attr_place(owner, name)
+        for host in (Host.cpu(), Host.mps())
+        for owner, name, _ in targets(build_table(host))
+    }
+    return (*found.values(), ledger.attr_place(torch, "device"))
