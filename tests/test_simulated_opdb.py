@@ -60,11 +60,13 @@ REASONS = {
     # below the function mode, so torchdevice cannot rerun it (docs/limitations.md); on a Mac
     # PyTorch's own MPS fallback, which torchdevice switches on at import, covers it.
     BACKWARD_KERNEL: "backward kernel MPS lacks, run by autograd below the function mode",
-    # Sparse tensors: MPS registers SparseMPS kernels from C++; a Python backend cannot add
-    # a sparse dispatch key, so this device is strided only.
-    SPARSE: "sparse layout: the simulated device is strided only",
-    # An explicit float64 asked of a transfer that lands on the device is float32 there:
-    # torchdevice's documented dtype rule (docs/fallback.md), where the CPU keeps float64.
+    # Sparse layouts MPS has no kernel for: the device registers MPS's SparseMPS (COO) set
+    # (testing.simulated.supported_sparse_ops); CSR and sparse.mm's reductions are not in it,
+    # so they raise NotImplementedError naming the sparse key, as on a Mac.
+    SPARSE: "sparse layout or op MPS has no sparse kernel for",
+    # An explicit float64 asked of a transfer, a conversion (.double()) or an op's dtype=
+    # argument on the device is float32 there: torchdevice's documented dtype rule
+    # (docs/fallback.md), where the CPU keeps float64.
     DTYPE_RULE: "explicit float64 narrowed to float32 on the device (the dtype rule)",
     # as_strided over storage past the view: copying the sample to the CPU keeps the view's
     # elements, not the storage around them, so the reference reads other memory.
@@ -75,12 +77,8 @@ REASONS = {
 EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
         [
-            "double",
             "cdouble",
             "float_power",
-            "softmax.with_dtype",
-            "log_softmax.with_dtype",
-            "nn.functional.softmin.with_dtype",
             "linalg.pinv",
             "linalg.pinv.hermitian",
             "linalg.pinv.singular",
@@ -102,8 +100,17 @@ EXCLUDED: dict[str, str] = {
         ],
         BACKWARD_KERNEL,
     ),
-    **dict.fromkeys(["sparse.mm.reduce", "sparse.sampled_addmm", "to_sparse"], SPARSE),
-    "to": DTYPE_RULE,
+    **dict.fromkeys(["sparse.mm.reduce", "sparse.sampled_addmm"], SPARSE),
+    **dict.fromkeys(
+        [
+            "to",
+            "double",
+            "softmax.with_dtype",
+            "log_softmax.with_dtype",
+            "nn.functional.softmin.with_dtype",
+        ],
+        DTYPE_RULE,
+    ),
     "as_strided.partial_views": STORAGE,
 }
 

@@ -77,6 +77,10 @@ GROUP: Final = "entry-point wrappers"
 #: tier is on).
 REAL_DEVICE: Final = torch.device
 
+#: ``Tensor.device``'s C getter: its key in the table on accelerator hosts
+#: (:func:`torchdevice.intercepts.tensor_device`; the mode sees the property as a function).
+_DEVICE_GET: Final = torch._C.TensorBase.device.__get__
+
 #: Functions of the mode's table that this tier does not wrap, and why.
 LEFT_OUT: Mapping[str, str] = {
     "torch.nested.nested_tensor": "a Python function over C functions that torchdevice."
@@ -339,9 +343,15 @@ def _owners() -> Iterator[ModuleType | type]:
     """Where the table's functions are found by their public names."""
     yield torch
     yield torch.fft
+    yield torch.linalg
+    yield torch.special
+    yield torch.nn.functional
+    yield torch.nn.init
     yield torch.Tensor
     yield torch._C.TensorBase
     yield torch._C._nn
+    yield torch._C._linalg  # type: ignore[attr-defined]
+    yield torch._C._special  # type: ignore[attr-defined]
 
 
 def targets(table: Mapping[Callable[..., Any], Handler]) -> list[tuple[Any, str, Handler]]:
@@ -366,7 +376,24 @@ def targets(table: Mapping[Callable[..., Any], Handler]) -> list[tuple[Any, str,
             if key not in seen:
                 seen.add(key)
                 found.append((target_owner, name, handler))
+    getter = table.get(_DEVICE_GET)
+    if getter is not None:  # the MPS host's Tensor.device (intercepts.tensor_device)
+        found.append((torch.Tensor, "device", getter))
     return found
+
+
+def _device_property(handler: Handler) -> property:
+    """``Tensor.device`` through ``handler``, as the mode sees the property (set on
+    ``torch.Tensor``, shadowing ``TensorBase``'s getter, while the tier is on)."""
+    get = _DEVICE_GET
+
+    def device(self: torch.Tensor) -> torch.device:
+        rt: Runtime | None = runtime_module._active
+        if rt is None:
+            return get(self)
+        return _handled(rt, get, handler, (self,), {})  # type: ignore[no-any-return]
+
+    return property(device, doc=torch._C.TensorBase.device.__doc__)
 
 
 #: The table the wrappers in place serve (the runtime's: it follows the host).
@@ -386,7 +413,13 @@ def install(table: Mapping[Callable[..., Any], Handler]) -> None:
         ledger.undo(GROUP)
     builtins = _torchscript_builtins()  # built from torch's own functions, before any wrapper
     replacements: list[tuple[Any, str, Any]] = [
-        (owner, name, _make(getattr(owner, name), handler))
+        (
+            owner,
+            name,
+            _device_property(handler)
+            if owner is torch.Tensor and name == "device"
+            else _make(getattr(owner, name), handler),
+        )
         for owner, name, handler in targets(table)
     ]
     replacements.append((torch, "device", device))

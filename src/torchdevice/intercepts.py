@@ -774,7 +774,7 @@ def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
         table[getattr(torch, name)] = constructor_overload
     if host.accelerator is not None:
         table[torch.Tensor.numpy] = tensor_numpy
-        table[torch.Tensor.device.__get__] = tensor_device
+        table[torch._C.TensorBase.device.__get__] = tensor_device
         for name in _GENERATOR_OPS:
             table[getattr(torch.Tensor, name)] = generator_bound
         for name in _GENERATOR_FUNCTIONS:

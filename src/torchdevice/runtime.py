@@ -88,7 +88,7 @@ class Runtime:
         cpu = DeviceSpec("cpu", 0)
         self._read_cpu: Resolved = (
             Decision(cpu, cpu, "unchanged", "a device read off a CPU tensor: where it is"),
-            self.torch_device(cpu),
+            READ_CPU,  # not through torch_device: a new activation starts with nothing built
             None,
         )
         #: Device type that has no float64 (MPS): the dtype rule narrows float64 there.
