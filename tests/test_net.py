@@ -254,5 +254,11 @@ def test_torchscript_and_aten_calls_leave_the_native_error_intact():
     scripted(2)
     torch.ops.aten.empty.memory_format([2], device="cuda")
     torchdevice.disable()
-    with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+    # Torch's own error either way: which one depends on this process's history (once any
+    # test of the process had the net allocate on the CUDA key, torch's bindings remember
+    # CUDA as initialised and the dispatcher answers; see the child test above).
+    with pytest.raises(
+        (AssertionError, NotImplementedError),
+        match=r"Torch not compiled with CUDA enabled|'CUDA' backend",
+    ):
         torch.zeros(2, device="cuda")
