@@ -61,8 +61,8 @@ def attribute_warnings() -> None:
 # With PYTORCH_ENABLE_MPS_FALLBACK=1 (read by torch at import; `python -m torchdevice` sets
 # it on macOS before torch loads) torch reruns unsupported MPS ops on the CPU itself,
 # backward ops included, and says so once per op in a UserWarning. Those ops never raise,
-# so the report learns of them from the warning. The simulated MPS device says the same
-# (the simulated MPS host's device) under the same variable.
+# so the report learns of them from the warning. The simulated MPS device says the same,
+# with its own backend name, under the same variable.
 _NATIVE = re.compile(
     r"The operator '(?P<op>[\w:.]+)' is not currently supported on the \w+ backend and "
     r"will fall back to run on the CPU"
