@@ -486,22 +486,32 @@ def test_torch_accelerator_hidden_with_the_facades():
     assert torch.accelerator.current_accelerator() is None
 
 
-def test_dataloader_pins_without_warning_as_on_a_gpu():
-    """torch's DataLoader asks torch.accelerator: it must find the accelerator the
-    facade announces, keep pinning on, and hand back the batches unchanged."""
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_pin_memory_without_warning_or_pin_thread(workers):
+    """torch's DataLoader asks torch.accelerator: it finds the accelerator the facade
+    announces (no "no accelerator is found" warning), and hands back the batches
+    unchanged; where nothing can be pinned it starts no pin-memory thread, as torch does
+    on MPS (patches/data_loader.py), and torch's own iterator comes back on disable()."""
+    import threading
     import warnings
 
     torchdevice.enable()
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
-    loader = torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)
+    loader = torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True, num_workers=workers)
+    threads = threading.active_count()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "no accelerator is found" would raise here
-        batches = [batch for (batch,) in loader]
         iterator = iter(loader)
-        assert iterator._pin_memory is True
-        assert iterator._pin_memory_device == "cuda"
-        del iterator
+        assert (iterator._pin_memory, iterator._pin_memory_device) == (False, "cuda")
+        assert loader.pin_memory is True  # what the user's code reads is as written
+        assert not hasattr(iterator, "_pin_memory_thread")
+        batches = [batch for (batch,) in iterator]
+        assert threading.active_count() <= threads + 1  # the workers' result thread at most
     torch.testing.assert_close(torch.cat(batches), torch.arange(8.0).reshape(4, 2))
+    torchdevice.disable()
+    assert torch.utils.data.dataloader._BaseDataLoaderIter.__init__.__module__ == (
+        "torch.utils.data.dataloader"
+    )
 
 
 def test_compiled_code_adds_no_graph_break_for_torch_accelerator():

@@ -16,7 +16,8 @@ One module per family of changes:
   torch lacks (what the mode cannot see);
 * :mod:`~torchdevice.patches.distributed`: ``torch.distributed`` written for NCCL on the
   backend the host has (with :mod:`torchdevice.nccl_forms`);
-* :mod:`~torchdevice.patches.data_parallel`: ``nn.DataParallel`` as on a one-GPU machine.
+* :mod:`~torchdevice.patches.data_parallel`: ``nn.DataParallel`` as on a one-GPU machine;
+* :mod:`~torchdevice.patches.data_loader`: no pin-memory thread where nothing can be pinned.
 
 The ``torch.cuda``/``torch.mps``/``torch.accelerator`` facades (:mod:`torchdevice.facade`),
 the report's exit handler (:mod:`torchdevice.reporting.parts`), the logger's level
@@ -253,6 +254,19 @@ def _data_parallel_places() -> tuple[ledger.Place, ...]:
     return data_parallel.places()
 
 
+def _install_data_loader(_: Activation) -> None:
+    """No pin-memory thread where nothing can be pinned (as torch does on MPS)."""
+    from torchdevice.patches import data_loader  # noqa: PLC0415 - keeps import light
+
+    data_loader.install()
+
+
+def _data_loader_places() -> tuple[ledger.Place, ...]:
+    from torchdevice.patches import data_loader  # noqa: PLC0415 - keeps import light
+
+    return data_loader.places()
+
+
 #: Every change torchdevice makes outside itself, in the order activation makes them.
 INSTALL_ORDER: Final[tuple[Patch, ...]] = (
     Patch("the log level", (logs.GROUP, logs.LAUNCHER_GROUP), "settings", None, _log_places),
@@ -301,6 +315,7 @@ INSTALL_ORDER: Final[tuple[Patch, ...]] = (
     Patch(
         "data parallel", ("data_parallel",), "first", _install_data_parallel, _data_parallel_places
     ),
+    Patch("data loader", ("data loader",), "first", _install_data_loader, _data_loader_places),
 )
 
 

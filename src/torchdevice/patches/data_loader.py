@@ -1,0 +1,54 @@
+"""``DataLoader(pin_memory=True)`` where nothing can be pinned: no pin-memory thread.
+
+CUDA-first code asks its loaders for ``pin_memory=True``. Torch pins only when an
+accelerator is there (``torch.accelerator.is_available()``), and while redirecting the
+facades say one is (CUDA code finds CUDA), so every loader iterator starts torch's
+pin-memory thread: each batch goes through a thread and a queue and
+``Tensor.pin_memory()``, which torchdevice answers with the batch itself where pinned
+memory does not exist (``policy.pins``: only a CUDA host pins). That hop bought nothing
+and cost the DataLoader workload about 8 % of its time, in either tier
+(benchmarks/workloads.py). Torch itself turns pinning off in the iterator on MPS
+(``_BaseDataLoaderIter.__init__``: "not supported on MPS now"); here it is turned off
+the same way, after torch's constructor, on every host that cannot pin. The batches are
+the same tensors; only the thread is gone. On CUDA hosts, and while not redirecting,
+torch's own constructor runs alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch.utils.data import dataloader
+
+from torchdevice import ledger
+from torchdevice.policy import pins
+from torchdevice.runtime import active
+
+__all__ = ["GROUP", "install", "places"]
+
+#: The ledger group of the wrapper.
+GROUP = "data loader"
+
+_ITERATOR = dataloader._BaseDataLoaderIter
+_ORIGINAL_INIT = _ITERATOR.__dict__["__init__"]
+
+
+@functools.wraps(_ORIGINAL_INIT)
+def _init(self: Any, loader: Any) -> None:
+    """torch's constructor; then no pinning where the host cannot pin (as torch on MPS)."""
+    _ORIGINAL_INIT(self, loader)
+    rt = active()
+    if rt is not None and self._pin_memory and not pins(rt.host, "cpu"):
+        self._pin_memory = False
+
+
+def install() -> None:
+    """Put the wrapper on the iterators' constructor (idempotent)."""
+    if not ledger.has(GROUP):
+        ledger.set_attr(GROUP, _ITERATOR, "__init__", _init)
+
+
+def places() -> tuple[ledger.Place, ...]:
+    """What :func:`install` changes, for the pristine check."""
+    return (ledger.attr_place(_ITERATOR, "__init__"),)
