@@ -140,3 +140,69 @@ def test_the_last_activation_decides(tmp_path: Path) -> None:
     done = _run(tmp_path, activate)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert not out.exists()
+
+
+#: Removes the report's folder and puts a file in its place: the report cannot be written
+#: at the end, whichever way the run was redirected (a missing folder would be made again).
+DOOMED = """\
+import shutil, torch
+def test_redirect_then_block_the_report():
+    assert torch.zeros(2, device="cuda").device.type == "cpu"
+    shutil.rmtree({folder!r}); open({folder!r}, "w").close()
+"""
+
+
+@pytest.mark.parametrize("entry", ["launcher", "ACTIVATE_TORCH_DEVICE", "pytest"])
+def test_every_entry_point_falls_back_to_stderr_the_same_way(tmp_path: Path, entry: str) -> None:
+    """One writer (:func:`torchdevice.reporting.file.deliver`): a report path that became
+    unwritable during the run gets one line saying why, then the report on stderr; the
+    run's own status stays, and no traceback."""
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    out = folder / "report.json"
+    test_file = tmp_path / "test_doomed.py"
+    test_file.write_text(DOOMED.format(folder=str(folder)), encoding="utf-8")
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import test_doomed\ntest_doomed.test_redirect_then_block_the_report()\n",
+        encoding="utf-8",
+    )
+    commands = {
+        "launcher": ["-m", "torchdevice", "--report", str(out), str(script)],
+        "ACTIVATE_TORCH_DEVICE": [str(script)],
+        "pytest": [
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--torchdevice",
+            f"--torchdevice-report={out}",
+            str(test_file),
+        ],
+    }
+    activated = {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_REPORT": str(out)}
+    env = activated if entry == "ACTIVATE_TORCH_DEVICE" else {}
+    done = subprocess.run(
+        [sys.executable, *commands[entry]],
+        cwd=tmp_path,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Traceback" not in output, output
+    assert "Exception ignored" not in output, output
+    lines = done.stderr.splitlines()
+    why = (
+        f"torchdevice: cannot write the migration report to {out} (Not a directory); "
+        "it follows here instead:"
+    )
+    assert why in lines, done.stderr
+    following = lines[lines.index(why) + 1 :]
+    assert following[0].startswith("torchdevice migration report ("), done.stderr
+    assert any("torch.zeros(cuda) -> cpu:0 x1" in line for line in following), done.stderr
+    assert folder.is_file()  # what the run left there, untouched
