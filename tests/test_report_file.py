@@ -206,3 +206,35 @@ def test_every_entry_point_falls_back_to_stderr_the_same_way(tmp_path: Path, ent
     assert following[0].startswith("torchdevice migration report ("), done.stderr
     assert any("torch.zeros(cuda) -> cpu:0 x1" in line for line in following), done.stderr
     assert folder.is_file()  # what the run left there, untouched
+
+
+def test_a_fork_child_leaves_the_report_to_its_parent(tmp_path: Path) -> None:
+    """A ``fork`` child that exits normally runs the ``atexit`` handlers it inherited: it
+    must not deliver the launcher's report (once, by the parent, after the child ended),
+    nor a report path the script asks for under the launcher (the launcher's stands)."""
+    out = tmp_path / "report.json"
+    other = tmp_path / "asked-by-the-script.json"
+    script = tmp_path / "forks.py"
+    script.write_text(
+        "import os, sys, torch, torchdevice\n"
+        f"torchdevice.enable(report_path={str(other)!r})\n"
+        "x = torch.zeros(2, device='cuda')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)  # a normal exit: the inherited atexit handlers run\n"
+        "os.waitpid(pid, 0)\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "torchdevice", "--report", str(out), str(script)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("torchdevice: migration report written to") == 1, done.stderr
+    assert ("forks.py", 3, "torch.zeros") in _rows(out)
+    assert not other.exists()

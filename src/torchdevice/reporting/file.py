@@ -4,10 +4,10 @@ is on.
 ``TORCHDEVICE_REPORT=PATH`` (or ``enable(report_path=PATH)``) asks for the report in a file.
 Every way of switching torchdevice on ends in :func:`deliver`, the one writer:
 
-- ``enable()``, ``with redirect()``, ``ACTIVATE_TORCH_DEVICE=1``: each activation
-  :func:`request`\\ s its path, the last one decides, and the exit handler here delivers it,
-  once per process, after the interpreter has joined its threads;
-- the launcher (``python -m torchdevice``) :func:`take`\\ s the report over: its path (or
+- ``enable()``, ``with redirect()``, ``ACTIVATE_TORCH_DEVICE=1``: each activation asks
+  for its path (:func:`request`), the last one decides, and the exit handler here
+  delivers it, once per process, after the interpreter has joined its threads;
+- the launcher (``python -m torchdevice``) takes the report over (:func:`take`): its path (or
   stderr, with no path) stands whatever the script's own activations ask, and the same
   exit handler delivers it, with a line that says where it went;
 - the pytest plugin takes it over with nothing left for the exit, and delivers the run's
@@ -61,7 +61,7 @@ def request(path: Path | None, report: Callable[[], MigrationReport]) -> None:
     (and without ``TORCHDEVICE_REPORT``) after ``enable(report_path=...)`` asks for none;
     a ``redirect()`` block inherits the enclosing activation's path. ``disable()`` keeps
     the request: the report of what ran is still written at exit. Ignored once a tool has
-    :func:`take`\\ n the report over.
+    taken the report over (:func:`take`).
     """
     global _order
     with _lock:
