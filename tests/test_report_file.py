@@ -32,18 +32,23 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _run(tmp_path: Path, activate: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT.format(activate=activate), encoding="utf-8")
+def _python(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in ``cwd``, with torchdevice's variables only as ``env`` sets them."""
     return subprocess.run(
-        [sys.executable, *args, str(script)],
-        cwd=tmp_path,
+        [sys.executable, *args],
+        cwd=cwd,
         env=_env(**env),
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
     )
+
+
+def _run(tmp_path: Path, activate: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(activate=activate), encoding="utf-8")
+    return _python(tmp_path, *args, str(script), **env)
 
 
 def _rows(path: Path) -> list[tuple[str, int, str]]:
@@ -183,15 +188,7 @@ def test_every_entry_point_falls_back_to_stderr_the_same_way(tmp_path: Path, ent
     }
     activated = {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_REPORT": str(out)}
     env = activated if entry == "ACTIVATE_TORCH_DEVICE" else {}
-    done = subprocess.run(
-        [sys.executable, *commands[entry]],
-        cwd=tmp_path,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = _python(tmp_path, *commands[entry], **env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "Traceback" not in output, output
@@ -225,15 +222,7 @@ def test_a_fork_child_leaves_the_report_to_its_parent(tmp_path: Path) -> None:
         "os.waitpid(pid, 0)\n",
         encoding="utf-8",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "torchdevice", "--report", str(out), str(script)],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = _python(tmp_path, "-m", "torchdevice", "--report", str(out), str(script))
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("torchdevice: migration report written to") == 1, done.stderr
     assert ("forks.py", 3, "torch.zeros") in _rows(out)
