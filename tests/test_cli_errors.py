@@ -334,3 +334,33 @@ def test_info_says_which_tier_a_run_would_use() -> None:
     assert bad.startswith(f"{PROG} info: error: invalid TORCHDEVICE_INTERCEPT='wrappers'")
     assert "'mode'" in bad
     assert "'entry-points'" in bad
+
+
+def test_info_text_and_json_render_one_table() -> None:
+    """``info`` and ``info --json`` are two renderings of one :func:`info_dict`: every
+    policy row of the object is a line of the text, decided as the policy decides."""
+    from torchdevice.host import Host
+    from torchdevice.tools.cli import info
+
+    host = Host.cpu()
+    data = info.info_dict(host, info.effective_settings({}))
+    text = info.render(data).splitlines()
+    start = text.index("policy on this host:") + 2  # after the column titles
+    table = text[start : start + len(data["policy"])]
+    assert text[start + len(data["policy"])] == ""  # the table ends there
+    assert len(data["policy"]) == 7
+    for line, row in zip(table, data["policy"], strict=True):
+        label = "none" if row["request"] is None else repr(row["request"])
+        assert line.split()[0] == label
+        if "error" in row:
+            assert line.split()[1] == "error"
+            assert line.endswith(row["error"])
+            continue
+        decision = decide(row["request"], host)
+        assert (row["device"], row["action"], row["reason"]) == (
+            str(decision.device),
+            decision.action,
+            decision.reason,
+        )
+        assert line.split(None, 3)[1:] == [row["device"], row["action"], row["reason"]]
+    assert json.loads(json.dumps(data)) == data  # what --json prints is the same object

@@ -32,18 +32,23 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _run(tmp_path: Path, activate: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT.format(activate=activate), encoding="utf-8")
+def _python(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in ``cwd``, with torchdevice's variables only as ``env`` sets them."""
     return subprocess.run(
-        [sys.executable, *args, str(script)],
-        cwd=tmp_path,
+        [sys.executable, *args],
+        cwd=cwd,
         env=_env(**env),
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
     )
+
+
+def _run(tmp_path: Path, activate: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(activate=activate), encoding="utf-8")
+    return _python(tmp_path, *args, str(script), **env)
 
 
 def _rows(path: Path) -> list[tuple[str, int, str]]:
@@ -140,3 +145,85 @@ def test_the_last_activation_decides(tmp_path: Path) -> None:
     done = _run(tmp_path, activate)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert not out.exists()
+
+
+#: Removes the report's folder and puts a file in its place: the report cannot be written
+#: at the end, whichever way the run was redirected (a missing folder would be made again).
+DOOMED = """\
+import shutil, torch
+def test_redirect_then_block_the_report():
+    assert torch.zeros(2, device="cuda").device.type == "cpu"
+    shutil.rmtree({folder!r}); open({folder!r}, "w").close()
+"""
+
+
+@pytest.mark.parametrize("entry", ["launcher", "ACTIVATE_TORCH_DEVICE", "pytest"])
+def test_every_entry_point_falls_back_to_stderr_the_same_way(tmp_path: Path, entry: str) -> None:
+    """One writer (:func:`torchdevice.reporting.file.deliver`): a report path that became
+    unwritable during the run gets one line saying why, then the report on stderr; the
+    run's own status stays, and no traceback."""
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    out = folder / "report.json"
+    test_file = tmp_path / "test_doomed.py"
+    test_file.write_text(DOOMED.format(folder=str(folder)), encoding="utf-8")
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import test_doomed\ntest_doomed.test_redirect_then_block_the_report()\n",
+        encoding="utf-8",
+    )
+    commands = {
+        "launcher": ["-m", "torchdevice", "--report", str(out), str(script)],
+        "ACTIVATE_TORCH_DEVICE": [str(script)],
+        "pytest": [
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--torchdevice",
+            f"--torchdevice-report={out}",
+            str(test_file),
+        ],
+    }
+    activated = {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_REPORT": str(out)}
+    env = activated if entry == "ACTIVATE_TORCH_DEVICE" else {}
+    done = _python(tmp_path, *commands[entry], **env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Traceback" not in output, output
+    assert "Exception ignored" not in output, output
+    lines = done.stderr.splitlines()
+    why = (
+        f"torchdevice: cannot write the migration report to {out} (Not a directory); "
+        "it follows here instead:"
+    )
+    assert why in lines, done.stderr
+    following = lines[lines.index(why) + 1 :]
+    assert following[0].startswith("torchdevice migration report ("), done.stderr
+    assert any("torch.zeros(cuda) -> cpu:0 x1" in line for line in following), done.stderr
+    assert folder.is_file()  # what the run left there, untouched
+
+
+def test_a_fork_child_leaves_the_report_to_its_parent(tmp_path: Path) -> None:
+    """A ``fork`` child that exits normally runs the ``atexit`` handlers it inherited: it
+    must not deliver the launcher's report (once, by the parent, after the child ended),
+    nor a report path the script asks for under the launcher (the launcher's stands)."""
+    out = tmp_path / "report.json"
+    other = tmp_path / "asked-by-the-script.json"
+    script = tmp_path / "forks.py"
+    script.write_text(
+        "import os, sys, torch, torchdevice\n"
+        f"torchdevice.enable(report_path={str(other)!r})\n"
+        "x = torch.zeros(2, device='cuda')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)  # a normal exit: the inherited atexit handlers run\n"
+        "os.waitpid(pid, 0)\n",
+        encoding="utf-8",
+    )
+    done = _python(tmp_path, "-m", "torchdevice", "--report", str(out), str(script))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("torchdevice: migration report written to") == 1, done.stderr
+    assert ("forks.py", 3, "torch.zeros") in _rows(out)
+    assert not other.exists()

@@ -407,9 +407,9 @@ def test_docs_table_lists_every_setting_with_its_variable():
 def test_run_flags_come_from_the_declaration():
     """``torchdevice run``'s setting flags: one per declared flag, accepting what the
     setting's type accepts, and filling that setting."""
-    from torchdevice.tools import cli
+    from torchdevice.tools.cli import run
 
-    parser = cli._run_parser("torchdevice run")
+    parser = run.parser("torchdevice run")
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
     flagged = [f for f in dataclasses.fields(Settings) if f.metadata["flag"]]
     assert [f.metadata["flag"] for f in flagged] == [

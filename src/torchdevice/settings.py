@@ -5,7 +5,7 @@ Every setting is one field of :class:`Settings`: its type, its default, its desc
 (the attribute docstring the API page shows), the environment variable that fills it and
 the ``torchdevice run`` flag that sets it (:func:`setting`). What else names the settings
 is derived from that field list: :data:`ENV_VARS`, the pydantic model that validates a
-given value (:func:`_model`), the command line's flags (:mod:`torchdevice.tools.cli`) and
+given value (:func:`_model`), the command line's flags (:mod:`torchdevice.tools.cli.run`) and
 ``help(enable)``. :class:`Options`, the keyword arguments' static type, is the one other
 spelling (a type checker cannot derive it); ``tests/test_settings.py`` checks it, and the
 table in ``docs/getting-started.md``, against the fields.

@@ -13,7 +13,7 @@ One package, its imports running one way (each module imports only those above i
 - :mod:`~torchdevice.reporting.recorder`: the :class:`~torchdevice.reporting.recorder.Recorder`
   that counts events per call site as they happen
 - :mod:`~torchdevice.reporting.parts`: one report for a run of many processes
-- :mod:`~torchdevice.reporting.file`: the report file written at exit
+- :mod:`~torchdevice.reporting.file`: the one writer of the report at the end of a run
 
 The public function is :func:`torchdevice.report`; this package holds what it returns.
 """

@@ -10,7 +10,6 @@ leaves the reporting to that process.
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import functools
 import importlib.machinery
@@ -24,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
 from torchdevice import activation, announce, logs, program
 from torchdevice.reporting import file as report_file
@@ -47,31 +46,6 @@ def _argv(argv: list[str], path0: str) -> Iterator[None]:
         sys.argv[:] = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
-
-
-def _emit_report(report_path: Path | None, stream: TextIO) -> None:
-    """Print or write the report, unless another process of the run merges this one's."""
-    if report_parts.role() == "writer":
-        return  # its part goes to the process that started the run, which reports
-    report = activation.report()
-    if report_path is not None:
-        if report_file.write(report, report_path):
-            print(f"torchdevice: migration report written to {report_path}", file=stream)
-    else:
-        print(report.to_text(), file=stream)
-
-
-def _prepare_report(report_path: Path | None) -> None:
-    """Import now what writing the report needs, not in the exit handler.
-
-    An uncaught ``KeyboardInterrupt`` ends the interpreter with SIGINT (status 130 in a
-    shell) only if no code runs through ``PyRun_*`` between the exception and the exit:
-    CPython clears its "unhandled KeyboardInterrupt" flag there. Importing :mod:`decimal`
-    does (its C module runs Python source that way), and pydantic, which checks the JSON
-    report, imports it: done at exit, it turned status 130 into 1.
-    """
-    if report_path is not None and report_path.suffix == ".json":
-        import torchdevice.reporting.schema  # noqa: F401, PLC0415 - see the docstring
 
 
 #: torchdevice's own files (the whole package, not only this module's folder) and runpy's
@@ -134,20 +108,19 @@ def _run(
 
     Redirection stays on until the process ends, as the device the script was written
     for stays there: threads still running when the script's main code returns, daemon
-    threads and ``atexit`` handlers all run redirected. The report is printed by an
-    ``atexit`` handler, so it comes after the interpreter has joined those threads and
-    counts what they redirected. An uncaught exception goes to ``sys.excepthook`` with
-    the script's own frames only and ends the process with status 1, as the interpreter
-    does; ``SystemExit`` passes through untouched, and so does ``KeyboardInterrupt``,
-    printed with the script's frames only.
+    threads and ``atexit`` handlers all run redirected. The report is printed by
+    :mod:`torchdevice.reporting.file`'s ``atexit`` handler, so it comes after the
+    interpreter has joined those threads and counts what they redirected. An uncaught
+    exception goes to ``sys.excepthook`` with the script's own frames only and ends the
+    process with status 1, as the interpreter does; ``SystemExit`` passes through
+    untouched, and so does ``KeyboardInterrupt``, printed with the script's frames only.
     """
     _enable(options, read_program)
-    report_file.claim()  # the launcher reports (or, quiet, does not), not enable()'s handler
-    if not quiet:
-        _prepare_report(report_path)
-        atexit.register(_emit_report, report_path, sys.stderr)
-        if report_parts.role() != "writer":  # a launcher a redirected run started: silent
-            print(announce.start_line(), file=sys.stderr, flush=True)
+    # The launcher's report (or, quiet, none), whatever the script's activations ask; the
+    # one exit handler of torchdevice.reporting.file delivers it.
+    report_file.take(None if quiet else report_path, activation.report, speak=not quiet)
+    if not quiet and report_parts.role() != "writer":  # started by a redirected run: silent
+        print(announce.start_line(), file=sys.stderr, flush=True)
     try:
         with _argv(argv, path0):
             target()

@@ -418,7 +418,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = _state(config)
     if path is None and not state.enabled:
         return
-    report_file.claim()  # written here (or by the controller), not again at exit
+    report_file.take()  # delivered here (or by the controller), nothing left for the exit
     own = _activation().report()
     if _is_worker(config):
         config.workeroutput[REPORT_KEY] = own.to_dict()  # type: ignore[attr-defined]
@@ -426,7 +426,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     workers = [MigrationReport.from_dict(report) for report in state.worker_reports]
     merged = merge([own, *workers], own.host)
-    if path is not None and report_file.write(merged, Path(path)):
+    if path is not None and report_file.deliver(merged, Path(path)):
         state.written_to = path  # else it was printed, after the line that says why
     state.written = merged
 
