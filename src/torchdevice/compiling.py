@@ -40,16 +40,39 @@ import itertools
 import operator
 import sys
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
 from torchdevice.policy import Action, Decision, DeviceSpec
 
 if TYPE_CHECKING:
+    from torchdevice.policy import PolicyState
     from torchdevice.reporting import EventKind
-    from torchdevice.runtime import Resolved, Runtime
+
+
+class Runtime(Protocol):
+    """What this module needs of a :class:`torchdevice.runtime.Runtime` (the runtime
+    imports this module, so this module names the runtime by what it uses, not by import:
+    no cycle)."""
+
+    serial: int
+    table: Mapping[Callable[..., Any], Callable[..., Any]]
+    handlers: tuple[Callable[..., Any], ...]
+
+    @property
+    def state(self) -> PolicyState: ...
+
+    def lookup(self, request: object) -> Resolved: ...
+
+    def torch_device(self, spec: DeviceSpec) -> torch.device: ...
+
+    def set_cpu_override(self, on: bool) -> None: ...
+
+
+#: A resolved request: the decision, the device to use, the report row's kind.
+Resolved = tuple[Decision, torch.device, "EventKind | None"]
 
 __all__ = [
     "build_trace_rules_natively",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import callsite, compiling
-from torchdevice.compiling import _compiler
+from torchdevice.compiling import Resolved, _compiler
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
@@ -46,7 +46,6 @@ _DEVICE = torch.device
 
 #: A cached resolution: the decision, its torch.device, and how the report counts it
 #: (``None``: not at all). What the request stands for is ``decision.standing``.
-Resolved = tuple[Decision, torch.device, "EventKind | None"]
 
 
 class Runtime:
