@@ -44,7 +44,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import CodeType, FrameType, ModuleType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
@@ -57,6 +57,10 @@ from torchdevice.intercepts import tensor_to as tensor_to_handler
 from torchdevice.logs import logger
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import mark_placed, moved, requested
+
+if TYPE_CHECKING:
+    from torchdevice.policy import Decision, Standing
+    from torchdevice.reporting import EventKind
 
 __all__ = [
     "GROUP",
@@ -134,6 +138,27 @@ def _wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., An
     return wrapper
 
 
+def _counted(
+    rt: Runtime,
+    frame: FrameType,
+    original: Callable[..., Any],
+    request: object,
+    decision: Decision,
+    kind: EventKind | None,
+) -> Standing | None:
+    """A placed call's row and what its result stands for, as ``Runtime.place`` does: no
+    row where a device object is used (it was reported where it was made); else one count
+    at the user's line (``frame``, the wrapper's caller, when that is user code)."""
+    if type(request) is REAL_DEVICE:
+        return requested(request, decision.standing)
+    if kind is not None:
+        caller: FrameType | None = frame
+        if callsite.internal_cache.get(id(frame.f_code)) is not False:
+            caller = callsite.first_user(frame)
+        rt.recorder.hit(caller, original, decision, kind)
+    return decision.standing
+
+
 #: Factories whose data argument has copy rules of its own: the handler's full path.
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 
@@ -189,16 +214,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 decision, placed, kind = resolved
                 kwargs["device"] = placed
                 result = original(*args, **kwargs)
-                if type(request) is REAL_DEVICE:  # as Runtime.place: no row where a device
-                    # object is used (it was reported where it was made)
-                    wanted = requested(request, decision.standing)
-                else:
-                    wanted = decision.standing
-                    if kind is not None:
-                        frame: FrameType | None = sys._getframe(1)
-                        if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
-                            frame = callsite.first_user(frame)
-                        rt.recorder.hit(frame, original, decision, kind)
+                wanted = _counted(rt, sys._getframe(1), original, request, decision, kind)
                 # mark_placed's own test first: most results need no mark
                 if wanted is not None and result.is_cpu is (wanted != "host"):
                     mark_placed(result, wanted)
@@ -264,15 +280,7 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         else:
             kwargs["device"] = placed
             result = original(*args, **kwargs)
-        if kind_of is REAL_DEVICE:  # no row where a device object is used
-            wanted = requested(request, decision.standing)
-        else:
-            wanted = decision.standing
-            if kind is not None:
-                frame: FrameType | None = sys._getframe(1)
-                if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
-                    frame = callsite.first_user(frame)
-                rt.recorder.hit(frame, original, decision, kind)
+        wanted = _counted(rt, sys._getframe(1), original, request, decision, kind)
         return result if wanted is None else moved(tensor, result, wanted)
 
     functools.update_wrapper(wrapper, original)
