@@ -19,19 +19,28 @@ toggle is a change of torchdevice's state, not a graph op: it breaks the graph
 (:func:`graph_break`). Dynamo's table of torch functions must be built from the real
 modules, not the facade's (:func:`build_trace_rules_natively`, :func:`clear_trace_rules`).
 
-The per-call compile check, for the paths that run on every call:
-``torch.compiler.is_compiling()`` is ``torch.jit.is_scripting() or`` a module flag, and
-``is_scripting()`` is always False in Python code (TorchScript never runs torchdevice's
-Python): three Python calls where one will do. Measured with callgrind on the redirected
-factory and ``Tensor.to`` paths, that call was several hundred instructions of each
-(benchmarks/README.md). The hot paths inline the same test as :func:`is_compiling`::
+Two questions, each asked one way in the whole package:
 
-    if _is_tracing() or _compiler._is_compiling_flag: ...
+* "Are we compiling?" (record nothing, mark no tensor): :func:`is_compiling`.
+  ``torch.compiler.is_compiling()`` is ``torch.jit.is_scripting() or`` a module flag, and
+  ``is_scripting()`` is always False in Python code (TorchScript never runs torchdevice's
+  Python): three Python calls where one will do. Measured with callgrind on the redirected
+  factory and ``Tensor.to`` paths, that call was several hundred instructions of each
+  (benchmarks/README.md). The paths that run on every call (:meth:`Runtime.place
+  <torchdevice.runtime.Runtime.place>`, the facades' call counter, the entry-points
+  tier's wrappers, :mod:`torchdevice.transfers`) inline its body, spelled the same::
 
-``_is_tracing`` (``torch.compiler.is_dynamo_compiling``) is what dynamo folds to True while
-it traces, so traced code never reads the flag (a read would put a guard on it); eager
-code that runs while dynamo compiles or ``torch.export`` traces sees the flag, which torch
-holds True for that time. ``tests/test_compiling.py`` checks both agree with torch's.
+      if is_tracing() or compiler._is_compiling_flag: ...
+
+* "Is dynamo tracing this code?" (answer with a graph constant): :func:`is_tracing`
+  (``torch.compiler.is_dynamo_compiling``), which dynamo folds to True while it traces, so
+  traced code never reads the flag (a read would put a guard on it); eager code that runs
+  while dynamo compiles or ``torch.export`` traces sees the flag, which torch holds True
+  for that time. ``tests/test_compiling.py`` checks both agree with torch's.
+
+A redirected request asks once: :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`
+answers ``None`` for what it stands for while compiling, and the marks that follow skip a
+``None``.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ __all__ = [
     "build_trace_rules_natively",
     "by_serial",
     "clear_trace_rules",
+    "compiler",
     "constant_for_dynamo",
     "graph_break",
     "is_compiling",
@@ -67,8 +77,9 @@ __all__ = [
 
 #: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
 is_tracing = torch.compiler.is_dynamo_compiling
-_compiler = torch.compiler
-if not hasattr(_compiler, "_is_compiling_flag"):  # pragma: no cover - a torch without it
+#: ``torch.compiler``, whose ``_is_compiling_flag`` the per-call paths read inline.
+compiler = torch.compiler
+if not hasattr(compiler, "_is_compiling_flag"):  # pragma: no cover - a torch without it
     raise ImportError(
         "torchdevice needs torch.compiler._is_compiling_flag (torch >= 2.5): "
         f"torch {torch.__version__} has none"
@@ -78,7 +89,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def is_compiling() -> bool:
     """``torch.compiler.is_compiling()``, one call cheaper (see the module docstring)."""
-    return is_tracing() or _compiler._is_compiling_flag
+    return is_tracing() or compiler._is_compiling_flag
 
 
 def constant_for_dynamo(fn: _F) -> _F:

@@ -50,7 +50,7 @@ import torch
 
 from torchdevice import callsite, ledger
 from torchdevice import runtime as runtime_module
-from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.compiling import compiler, is_tracing
 from torchdevice.host import Host
 from torchdevice.intercepts import Handler, build_table, device_ctor, explicit_factory, factory
 from torchdevice.intercepts import tensor_to as tensor_to_handler
@@ -87,7 +87,6 @@ LEFT_OUT: Mapping[str, str] = {
     "patches wraps already, for the mode too (it never reaches a function mode)",
 }
 
-_is_tracing = is_tracing
 #: True under ``torch._C.DisableTorchFunction()``: what the mode does not see either.
 _all_disabled = torch._C._is_torch_function_all_disabled
 
@@ -109,7 +108,7 @@ def _handled(
     """The handler's full path: as the mode would call it, the wrappers off on this thread
     while it runs. Under dynamo the handler is traced as the mode's is (no thread-local
     state in a graph)."""
-    if _is_tracing():
+    if is_tracing():
         return handler(rt, original, args, kwargs)
     thread = _get_ident()
     if thread in _busy or _all_disabled():
@@ -166,8 +165,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 or "out" in kwargs
                 or "generator" in kwargs
                 or "pin_memory" in kwargs
-                or _is_tracing()  # before the thread-local read: dynamo traces this
-                or _compiler._is_compiling_flag
+                or is_tracing()  # before the thread-local read: dynamo traces this
+                or compiler._is_compiling_flag
                 or (_busy and _get_ident() in _busy)
                 or _all_disabled()
             ):
@@ -176,8 +175,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
         elif not (
             rt.float64_device is not None
             or "pin_memory" in kwargs
-            or _is_tracing()
-            or _compiler._is_compiling_flag
+            or is_tracing()
+            or compiler._is_compiling_flag
             or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):
@@ -244,8 +243,8 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         if (
             request is None
             or rt.float64_device is not None
-            or _is_tracing()
-            or _compiler._is_compiling_flag
+            or is_tracing()
+            or compiler._is_compiling_flag
             or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):

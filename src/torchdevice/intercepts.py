@@ -29,16 +29,14 @@ from typing import Any
 import torch
 
 from torchdevice import callsite
-from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.compiling import compiler, is_tracing
 from torchdevice.host import Host
 from torchdevice.policy import (
     GOVERNED_TYPES,
-    Decision,
     Standing,
     draws_on_generator,
     has_float64,
     is_inplace,
-    pins,
 )
 from torchdevice.reporting.guide import origin
 from torchdevice.reporting.recorder import api_name
@@ -55,8 +53,6 @@ from torchdevice.transfers import (
 
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
-# torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
-_is_tracing = is_tracing
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE = torch.device
 
@@ -68,26 +64,6 @@ def _is_device_arg(value: object) -> bool:
     return isinstance(value, (str, torch.device)) or (
         isinstance(value, int) and not isinstance(value, bool)
     )
-
-
-def _wanted(request: object, decision: Decision) -> Standing | None:
-    """What ``request`` stands for: a remembered device object's standing, else its
-    parsed value's (:func:`~torchdevice.transfers.requested`)."""
-    return requested(request, decision.standing)
-
-
-def _placed(
-    rt: Runtime, request: object, func: Callable[..., Any]
-) -> tuple[torch.device, Standing | None]:
-    """A factory's ``device=``: the device to use (:meth:`Runtime.place`) and what the
-    request stands for (:mod:`torchdevice.transfers`); ``None`` for that while torch
-    compiles: marks are for eager tensors."""
-    decision, device = rt.place(request, func)
-    if _is_tracing() or _compiler._is_compiling_flag:
-        return device, None
-    if type(request) is _DEVICE:  # a remembered device object knows its standing
-        return device, requested(request, decision.standing)
-    return device, decision.standing
 
 
 _PIN_REASON = "pinned memory needs CUDA here: an ordinary copy"
@@ -107,7 +83,7 @@ def _drop_pin(
 ) -> None:
     """Drop ``pin_memory=True`` where pinning cannot mean anything (``policy.pins``), and
     report it: natively, without an accelerator, torch raises there."""
-    if kwargs.get("pin_memory") and not pins(rt.host, None if device is None else device.type):
+    if kwargs.get("pin_memory") and not rt.pins(None if device is None else device.type):
         kwargs["pin_memory"] = False
         _note_pin(rt, api_name(func), "pin_memory=True", "pin_memory=False")
 
@@ -116,26 +92,6 @@ _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 # torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
 # the wrapper, and the handler is handed the original.
 _AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
-
-
-def _narrow_float64(
-    rt: Runtime, func: Callable[..., Any], device: torch.device | None, dtype: Any
-) -> Any:
-    """The dtype rule (docs/fallback.md): MPS has no float64, so float64 there is float32.
-
-    Logged and reported once per call site as a ``dtype`` event. Only explicit float64
-    requests and float64 data are narrowed; a float64 *default* dtype is left to torch.
-    """
-    if dtype is torch.float64 and device is not None and device.type == rt.float64_device:
-        rt.note_event(
-            "dtype",
-            api_name(func),
-            f"{device}, float64",
-            f"{device}, float32",
-            "MPS has no float64: float32 on the device",
-        )
-        return torch.float32
-    return dtype
 
 
 def _factory_dtype(
@@ -147,7 +103,7 @@ def _factory_dtype(
         data_dtype = getattr(args[0], "dtype", None)
         if data_dtype is torch.float64 or str(data_dtype) == "float64":
             dtype = torch.float64
-    narrowed = _narrow_float64(rt, func, kwargs.get("device"), dtype)
+    narrowed = rt.narrow_float64(func, kwargs.get("device"), dtype)
     if narrowed is not dtype:
         kwargs["dtype"] = narrowed
 
@@ -175,10 +131,10 @@ def factory(
             _factory_dtype(rt, func, args, kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
         result = func(*args, **kwargs)
-        if _is_tracing() or _compiler._is_compiling_flag:
+        if is_tracing() or compiler._is_compiling_flag:  # asked once: no place() here
             return result
         return mark_placed(result, "host")
-    device, wanted = _placed(rt, request, func)
+    _, device, wanted = rt.place(request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs, func)
@@ -244,7 +200,7 @@ def _drawn_then_moved(
     drawn: torch.Tensor = func(*args, **kwargs)
     dtype = drawn.dtype
     if rt.float64_device is not None:
-        dtype = _narrow_float64(rt, func, target, dtype)
+        dtype = rt.narrow_float64(func, target, dtype)
     result = mark(drawn.to(target, dtype), "host")  # a device-less factory's result
     return result.requires_grad_() if requires_grad else result
 
@@ -354,7 +310,7 @@ def explicit_factory(
     request = kwargs.get("device")
     if request is None:  # on its input's device, where an op's own dtype= lands
         return float64_argument(rt, func, args, kwargs)
-    device, wanted = _placed(rt, request, func)
+    _, device, wanted = rt.place(request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs, func)
@@ -378,14 +334,13 @@ def _rewrite_to_args(
         request = kwargs["device"]
         if request is None:
             return args, kwargs, None
-        decision, device = rt.place(request, func, method=method)
+        _, device, wanted = rt.place(request, func, method=method)
         kwargs = dict(kwargs)
         kwargs["device"] = device
-        return args, kwargs, _wanted(request, decision)
+        return args, kwargs, wanted
     if len(args) > first and _is_device_arg(args[first]):
         request = args[first]
-        decision, device = rt.place(request, func, method=method)
-        wanted = _wanted(request, decision)
+        _, device, wanted = rt.place(request, func, method=method)
         return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
     return args, kwargs, None
 
@@ -423,7 +378,7 @@ def _to_dtype_rule(
         )
     target = device if device is not None else tensor.device
     wanted = dtype if dtype is not None else tensor.dtype
-    narrowed = _narrow_float64(rt, func, target, wanted)
+    narrowed = rt.narrow_float64(func, target, wanted)
     if narrowed is wanted:
         return args, kwargs
     new_kwargs = {
@@ -486,12 +441,11 @@ def _move(
     memory_format: torch.memory_format,
 ) -> Any:
     """``.cuda()``/``.cpu()`` as ``.to(device)``, with the device's copy semantics."""
-    decision, device = rt.place(request, func)
+    _, device, wanted = rt.place(request, func)
     dtype = tensor.dtype
     if rt.float64_device is not None:
-        dtype = _narrow_float64(rt, func, device, dtype)
+        dtype = rt.narrow_float64(func, device, dtype)
     result = tensor.to(device, dtype, non_blocking=non_blocking, memory_format=memory_format)
-    wanted = _wanted(request, decision)
     return result if wanted is None else moved(tensor, result, wanted)
 
 
@@ -538,13 +492,13 @@ def tensor_type(
         if dtype is torch.float64 and tensor.device.type == rt.float64_device:
             return _converted(rt, func, tensor)  # .type(torch.float64) on MPS
         return func(*args, **kwargs)
-    decision, device = rt.place("cuda", func)
+    decision, device, _ = rt.place("cuda", func)
     if decision.action == "unchanged":
         return func(*args, **kwargs)
     cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
     narrowed = cast.dtype
     if rt.float64_device is not None:
-        narrowed = _narrow_float64(rt, func, device, narrowed)
+        narrowed = rt.narrow_float64(func, device, narrowed)
     result = cast.to(device, narrowed, non_blocking=non_blocking)
     return moved(tensor, result, "device")
 
@@ -557,7 +511,7 @@ def _converted(
 ) -> torch.Tensor:
     """A conversion to float64 of a tensor on the MPS device: float32 under the dtype rule,
     and a new tensor, as the native conversion gives, even where float32 is what it is."""
-    dtype = _narrow_float64(rt, func, tensor.device, torch.float64)
+    dtype = rt.narrow_float64(func, tensor.device, torch.float64)
     return tensor.to(dtype, copy=True, memory_format=memory_format)
 
 
@@ -581,7 +535,7 @@ def float64_argument(
     if kwargs.get("dtype") is torch.float64 and rt.float64_device is not None:
         tensor = args[0] if args else kwargs.get("input")
         if isinstance(tensor, torch.Tensor) and tensor.device.type == rt.float64_device:
-            kwargs["dtype"] = _narrow_float64(rt, func, tensor.device, torch.float64)
+            kwargs["dtype"] = rt.narrow_float64(func, tensor.device, torch.float64)
     return func(*args, **kwargs)
 
 
@@ -675,7 +629,7 @@ def device_ctor(
     # deciding "cpu:-1" toggles the override.
     maker = callsite.entered(device_ctor)
     ours = maker is None or not callsite.is_internal(maker.f_code)
-    decision, device = rt.place(request, func, report=ours)
+    decision, device, _ = rt.place(request, func, report=ours)
     if decision.toggle_override:
         return device_object(device, decision.standing)
     if isinstance(request, torch.device):
@@ -693,7 +647,7 @@ def tensor_device(
     :data:`~torchdevice.transfers.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
     is, as natively, instead of on the accelerator an explicit ``"cpu"`` is sent to."""
     device = func(*args)
-    if device.type == "cpu" and not _is_tracing():
+    if device.type == "cpu" and not is_tracing():
         return READ_CPU
     return device
 
@@ -724,7 +678,7 @@ def pin_memory(
     tensor = args[0]
     if not tensor.is_cpu:
         return tensor
-    if pins(rt.host, "cpu"):
+    if rt.pins("cpu"):
         return func(*args, **kwargs)
     maker = callsite.entered(pin_memory)
     if maker is not None and callsite.is_internal(maker.f_code):

@@ -34,7 +34,7 @@ from typing import Final
 
 import torch
 
-from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.compiling import compiler, is_tracing
 from torchdevice.policy import Standing
 
 __all__ = [
@@ -52,8 +52,6 @@ __all__ = [
 #: not what their real device is.
 _MARK: Final = "_torchdevice_stands_for"
 
-# torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
-_is_tracing = is_tracing
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE: Final = torch.device
 
@@ -145,7 +143,7 @@ def mark_placed(tensor: torch.Tensor, stands_for: Standing | None) -> torch.Tens
 
 def mark(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
     """Record that ``tensor``, a fresh result, stands for ``stands_for``; returns it."""
-    if not (_is_tracing() or _compiler._is_compiling_flag):
+    if not (is_tracing() or compiler._is_compiling_flag):
         mark_placed(tensor, stands_for)
     return tensor
 
@@ -157,7 +155,7 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
     itself. Crossing between host and device: an independent copy, even where torch
     returned ``source`` because the real device is the same.
     """
-    if _is_tracing() or _compiler._is_compiling_flag:  # fake tensors: storages untouched
+    if is_tracing() or compiler._is_compiling_flag:  # fake tensors: storages untouched
         return result
     if result is source:  # torch found nothing to do: the real device is the same
         if standing(source) == target:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from torchdevice import ledger
+from torchdevice.compiling import is_compiling
 from torchdevice.facade import devices, memory, modules, mps, streams
 from torchdevice.facade.modules import FacadeModule
 
@@ -88,7 +89,7 @@ def _real_while_compiling(name: str, answer: Callable[..., Any]) -> Callable[...
 
     @functools.wraps(answer)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return getattr(REAL_ACCELERATOR, name)(*args, **kwargs)
         return answer(*args, **kwargs)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from torchdevice.compiling import constant_for_dynamo
+from torchdevice.compiling import constant_for_dynamo, is_tracing
 from torchdevice.errors import UnsupportedFeatureError
 from torchdevice.facade import real_device, reporting
 from torchdevice.facade.properties import DeviceProperties, properties_of
@@ -62,7 +62,7 @@ def asked_by_compiler(depth: int = 2) -> bool:
     must see the truth. Dynamo's constant folding of user code is not inductor: it sees
     what the user sees, so compiled and eager code branch alike.
     """
-    if torch.compiler.is_dynamo_compiling():  # dynamo tracing user code: never its frames
+    if is_tracing():  # dynamo tracing user code: never its frames
         return False
     frame: FrameType | None = sys._getframe(depth)
     caller: object = ""

@@ -48,7 +48,7 @@ def real_device_type(device_type: Any, api: str) -> Any:
     rt = active()
     if rt is None or not isinstance(device_type, str) or device_type not in _REWRITTEN:
         return device_type
-    _, device = rt.place(device_type, api)
+    _, device, _ = rt.place(device_type, api)
     # The device's own type: an extra backend's on a simulated host ("simgpu" standing for
     # "mps", for "mps" requests too, which it leaves in place), whose autocast rules are
     # registered under it.

@@ -114,7 +114,9 @@ def _data_parallel(
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
     first = next(iter([*module.parameters(), *module.buffers()]), None)
-    _, placed = rt.place(torch.device("cuda", 0), "torch.nn.parallel.data_parallel", report=False)
+    _, placed, _ = rt.place(
+        torch.device("cuda", 0), "torch.nn.parallel.data_parallel", report=False
+    )
     device = first.device if first is not None else placed
     return module(*_to(inputs, device), **_to(dict(module_kwargs or {}), device))
 

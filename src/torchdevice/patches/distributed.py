@@ -43,6 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import _pop_mode, _push_mode
 
 from torchdevice import ledger, nccl_forms
+from torchdevice.compiling import is_compiling
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
@@ -130,7 +131,7 @@ def off_the_stack() -> Iterator[None]:
     is overridable, and what torch builds there (pickled objects, barrier tensors) stays
     where torch puts it. User modes are off for that time too, and back after, in order.
     """
-    if torch.compiler.is_compiling():  # traced, not run: leave the stack to dynamo
+    if is_compiling():  # traced, not run: leave the stack to dynamo
         with torch._C.DisableTorchFunction():
             yield
         return
