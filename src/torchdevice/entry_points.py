@@ -51,9 +51,10 @@ import torch
 from torchdevice import callsite, ledger
 from torchdevice import runtime as runtime_module
 from torchdevice.compiling import compiler, is_tracing
+from torchdevice.handlers import device_ctor, explicit_factory, factory
+from torchdevice.handlers import tensor_to as tensor_to_handler
 from torchdevice.host import Host
-from torchdevice.intercepts import Handler, build_table, device_ctor, explicit_factory, factory
-from torchdevice.intercepts import tensor_to as tensor_to_handler
+from torchdevice.intercepts import Handler, build_table
 from torchdevice.logs import logger
 from torchdevice.runtime import Runtime
 from torchdevice.transfers import mark_placed, moved, requested
@@ -78,7 +79,7 @@ GROUP: Final = "entry-point wrappers"
 REAL_DEVICE: Final = torch.device
 
 #: ``Tensor.device``'s C getter: its key in the table on accelerator hosts
-#: (:func:`torchdevice.intercepts.tensor_device`; the mode sees the property as a function).
+#: (:func:`torchdevice.handlers.tensor_device`; the mode sees the property as a function).
 _DEVICE_GET: Final = torch._C.TensorBase.device.__get__
 
 #: Functions of the mode's table that this tier does not wrap, and why.
@@ -376,7 +377,7 @@ def targets(table: Mapping[Callable[..., Any], Handler]) -> list[tuple[Any, str,
                 seen.add(key)
                 found.append((target_owner, name, handler))
     getter = table.get(_DEVICE_GET)
-    if getter is not None:  # the MPS host's Tensor.device (intercepts.tensor_device)
+    if getter is not None:  # the MPS host's Tensor.device (handlers.tensor_device)
         found.append((torch.Tensor, "device", getter))
     return found
 
