@@ -49,18 +49,19 @@ import itertools
 import operator
 import sys
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
-from torchdevice.policy import Action, Decision, DeviceSpec
+from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState
 
 if TYPE_CHECKING:
     from torchdevice.reporting import EventKind
-    from torchdevice.runtime import Resolved, Runtime
 
 __all__ = [
+    "Resolved",
+    "TracedRuntime",
     "build_trace_rules_natively",
     "by_serial",
     "clear_trace_rules",
@@ -108,11 +109,36 @@ def constant_for_dynamo(fn: _F) -> _F:
 
 
 # -- the runtimes compiled code names ---------------------------------------------------
+#: A cached resolution of a device request: the decision, its ``torch.device``, and how
+#: the report counts it (``None``: not at all). What the request stands for is
+#: ``decision.standing``. The runtime's decision cache holds these; defined here, below
+#: the runtime, so that this module needs no import of it (no import cycle).
+Resolved = tuple[Decision, torch.device, "EventKind | None"]
+
+
+class TracedRuntime(Protocol):
+    """What compiled code reads of a runtime (:class:`torchdevice.runtime.Runtime`): its
+    serial number, its function table and handlers, its decisions and devices."""
+
+    serial: int
+    table: Mapping[Callable[..., Any], Callable[..., Any]]
+    handlers: tuple[Callable[..., Any], ...]
+
+    @property
+    def state(self) -> PolicyState: ...
+
+    def lookup(self, request: object) -> Resolved: ...
+
+    def set_cpu_override(self, on: bool) -> None: ...
+
+    def torch_device(self, spec: DeviceSpec) -> torch.device: ...
+
+
 _serials = itertools.count(1)
-_by_serial: weakref.WeakValueDictionary[int, Runtime] = weakref.WeakValueDictionary()
+_by_serial: weakref.WeakValueDictionary[int, TracedRuntime] = weakref.WeakValueDictionary()
 
 
-def register(runtime: Runtime) -> int:
+def register(runtime: TracedRuntime) -> int:
     """A new serial number for ``runtime``: what graphs traced with it guard on.
 
     A runtime takes a new number when its decisions change for good (a fork child that
@@ -123,7 +149,7 @@ def register(runtime: Runtime) -> int:
     return serial
 
 
-def by_serial(serial: int) -> Runtime:
+def by_serial(serial: int) -> TracedRuntime:
     """The runtime numbered ``serial`` (alive: a graph traced with it holds its mode)."""
     return _by_serial[serial]
 
@@ -164,7 +190,7 @@ _Flat = tuple[
 ]
 
 
-def resolve_traced(runtime: Runtime, request: object) -> Resolved:
+def resolve_traced(runtime: TracedRuntime, request: object) -> Resolved:
     """:meth:`Runtime.resolve <torchdevice.runtime.Runtime.resolve>` while dynamo traces:
     a constant the graph is specialised on.
 
@@ -217,7 +243,7 @@ def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Fla
     )
 
 
-def traced_device(runtime: Runtime, spec: DeviceSpec) -> torch.device:
+def traced_device(runtime: TracedRuntime, spec: DeviceSpec) -> torch.device:
     """:meth:`Runtime.torch_device <torchdevice.runtime.Runtime.torch_device>` while dynamo
     traces: a constant, computed eagerly (guards: the runtime's serial and the spec)."""
     return _traced_device(runtime.serial, spec.type, spec.index)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import callsite, compiling
-from torchdevice.compiling import compiler, is_compiling, is_tracing
+from torchdevice.compiling import Resolved, compiler, is_compiling, is_tracing
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
@@ -43,10 +43,6 @@ __all__ = ["Resolved", "Runtime", "active", "set_active"]
 
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE = torch.device
-
-#: A cached resolution: the decision, its torch.device, and how the report counts it
-#: (``None``: not at all). What the request stands for is ``decision.standing``.
-Resolved = tuple[Decision, torch.device, "EventKind | None"]
 
 
 class Runtime:
