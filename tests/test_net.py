@@ -24,7 +24,7 @@ from torch import zeros as zeros_bound_before_enable
 
 import torchdevice
 from torchdevice.patches import net
-from torchdevice.transfers import standing
+from torchdevice.standing import standing_of
 
 
 def _script(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -101,7 +101,7 @@ def test_torchscript_factories_land_on_the_host_device():
     assert result.device == torch.device("cpu")
     torch.testing.assert_close(result, torch.arange(4, dtype=torch.float32))
     fresh = scripted_zeros(2)  # net: fresh
-    assert standing(fresh) == "device"  # it stands for the CUDA tensor it was asked to be
+    assert standing_of(fresh) == "device"  # it stands for the CUDA tensor it was asked to be
     host_copy = fresh.cpu()  # so a transfer to the host is an independent copy
     assert host_copy is not fresh
     host_copy.add_(1)

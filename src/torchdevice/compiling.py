@@ -28,7 +28,7 @@ Two questions, each asked one way in the whole package:
   factory and ``Tensor.to`` paths, that call was several hundred instructions of each
   (benchmarks/README.md). The paths that run on every call (:meth:`Runtime.place
   <torchdevice.runtime.Runtime.place>`, the facades' call counter, the entry-points
-  tier's wrappers, :mod:`torchdevice.transfers`) inline its body, spelled the same::
+  tier's wrappers, :mod:`torchdevice.standing`) inline its body, spelled the same::
 
       if is_tracing() or compiler._is_compiling_flag: ...
 

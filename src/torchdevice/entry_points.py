@@ -57,7 +57,7 @@ from torchdevice.host import Host
 from torchdevice.intercepts import Handler, build_table
 from torchdevice.logs import logger
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import mark_placed, moved, requested
+from torchdevice.standing import mark_placed, moved, requested
 
 __all__ = [
     "GROUP",
@@ -146,7 +146,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
     applies (``out=``, a generator, pinning, float64 on MPS). A call whose ``device=`` has
     a cached decision is placed here: the device swapped in, the call site counted at the
     caller's frame (one frame read when the caller is user code), the result's storage
-    marked for the copy semantics (:mod:`torchdevice.transfers`), as the handler does.
+    marked for the copy semantics (:mod:`torchdevice.standing`), as the handler does.
     Everything else (a first request, dynamo, a native section) takes the handler.
     """
     places_default = handler is factory
@@ -224,7 +224,7 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
     ``device=`` (``x.to(other.device)`` and ``x.to(device=..., dtype=...)`` run several times
     per token in ``generate``) with a cached decision is placed here as the handler places
     it: the device swapped in, the call counted at the caller's line (not for a device
-    object), the copy semantics (:func:`~torchdevice.transfers.moved`). The rest (a first
+    object), the copy semantics (:func:`~torchdevice.standing.moved`). The rest (a first
     request, the dtype rule, dynamo, a native section) takes the handler."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -5,7 +5,7 @@ Each handler receives the current :class:`~torchdevice.runtime.Runtime`, the fun
 its arguments, places the request on the runtime's one path
 (:meth:`~torchdevice.runtime.Runtime.place`, with its pin and float64 rules), and calls
 the function with the device the policy decided; what the result stands for is marked by
-:mod:`torchdevice.transfers`. Handlers may update ``kwargs`` in place: torch hands each
+:mod:`torchdevice.standing`. Handlers may update ``kwargs`` in place: torch hands each
 ``__torch_function__`` call a dict of its own, and the mode passes ``{}`` when there is
 none. The table of which function goes to which handler, and why, is
 :func:`torchdevice.intercepts.build_table`.
@@ -29,14 +29,14 @@ from torchdevice.policy import (
 from torchdevice.reporting.guide import origin
 from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import (
+from torchdevice.standing import (
     READ_CPU,
     device_object,
     mark,
     mark_placed,
     moved,
     requested,
-    standing,
+    standing_of,
 )
 
 __all__ = [
@@ -174,7 +174,7 @@ def _from_data(
     data = args[0]
     if wanted is None:
         return func(*args, **kwargs)
-    source: Standing = standing(data) if isinstance(data, torch.Tensor) else "host"
+    source: Standing = standing_of(data) if isinstance(data, torch.Tensor) else "host"
     if source != wanted and func is _ASARRAY and kwargs.get("copy") is None:
         kwargs["copy"] = True
     result = func(*args, **kwargs)
@@ -282,7 +282,7 @@ def _rewrite_to_args(
     """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``.
 
     Also returns what the requested device stands for (``None``: no device requested, or
-    one the policy does not govern), for the copy semantics of :mod:`torchdevice.transfers`.
+    one the policy does not govern), for the copy semantics of :mod:`torchdevice.standing`.
     ``Module.to`` (``first == 0``: ``_parse_to``) is reported past overrides of ``to``.
     """
     method = "to" if first == 0 else None
@@ -308,7 +308,7 @@ def tensor_to(
 
     A transfer to where the tensor already stands returns it; one between host and
     device gives an independent copy, even where both land on one real device
-    (:mod:`torchdevice.transfers`).
+    (:mod:`torchdevice.standing`).
     """
     source = args[0]
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 1)
@@ -358,7 +358,7 @@ def parse_to(
     ``DeviceDtypeModuleMixin``): the device as written, placed where each ``.to()`` uses
     it (docs/policy.md, device objects). The ``"cpu:-1"`` override, which torch cannot
     parse, gives the decided device, keeping what it stood for
-    (:func:`~torchdevice.transfers.device_object`).
+    (:func:`~torchdevice.standing.device_object`).
     """
     request = kwargs.get("device", args[0] if args else None)
     if request is READ_CPU:  # Module.to(t.device) of a tensor on the CPU: where t is
@@ -553,7 +553,7 @@ def tensor_device(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Tensor.device`` on accelerator hosts: a tensor really on the CPU reads
-    :data:`~torchdevice.transfers.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
+    :data:`~torchdevice.standing.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
     is, as natively, instead of on the accelerator an explicit ``"cpu"`` is sent to."""
     device = func(*args)
     if device.type == "cpu" and not is_tracing():

@@ -32,7 +32,7 @@ from torchdevice.policy import Decision, DeviceSpec, PolicyState, Standing, deci
 from torchdevice.policy import pins as pins_rule
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder, api_name
-from torchdevice.transfers import READ_CPU, requested
+from torchdevice.standing import READ_CPU, requested
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from types import FrameType
@@ -235,7 +235,7 @@ class Runtime:
         lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
         torch compiles, nor with ``report=False`` for torch's own calls), and return the
         ``torch.device`` to use. The compile check is asked here only: callers read the
-        standing (:func:`~torchdevice.transfers.requested`: a remembered device object's,
+        standing (:func:`~torchdevice.standing.requested`: a remembered device object's,
         else its parsed value's) instead of asking again. ``api`` names the call in the
         report, and the path from the mode to here (:func:`~torchdevice.callsite.caller`).
         ``report``, ``method`` and ``where`` are not keyword-only: Python 3.11 specialises
@@ -257,7 +257,7 @@ class Runtime:
         standing = decision.standing
         if type(request) is _DEVICE:
             # It may stand for another side than its type says (a remembered object:
-            # transfers.device_object).
+            # standing.device_object).
             standing = requested(request, standing)
             if where is None:
                 # Reported where it was made (``torch.device(...)``): its uses

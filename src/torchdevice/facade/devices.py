@@ -24,7 +24,7 @@ from torchdevice.compiling import constant_for_dynamo, is_tracing
 from torchdevice.errors import UnsupportedFeatureError
 from torchdevice.facade import real_device, reporting
 from torchdevice.facade.properties import DeviceProperties, properties_of
-from torchdevice.transfers import host_memory
+from torchdevice.standing import host_memory
 
 __all__ = [
     "device",

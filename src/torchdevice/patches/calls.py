@@ -23,7 +23,7 @@ from torchdevice import ledger
 from torchdevice.compiling import is_compiling
 from torchdevice.policy import Standing
 from torchdevice.runtime import Runtime, active
-from torchdevice.transfers import device_object, host_memory
+from torchdevice.standing import device_object, host_memory
 
 __all__ = ["GROUP", "REPLACEMENTS", "install", "installed"]
 
@@ -111,7 +111,7 @@ class _HostStateGenerator(_ORIGINAL_GENERATOR):
     Generator states are host (CPU) byte tensors on every device. On an accelerator host a
     state the code brought to the host (Accelerate broadcasts it, then ``state.cpu()``)
     lives on the accelerator, which the C++ ``set_state`` refuses: it gets the host copy
-    (:func:`~torchdevice.transfers.host_memory`). Pickles and copies are plain generators
+    (:func:`~torchdevice.standing.host_memory`). Pickles and copies are plain generators
     (torch reduces every generator to ``torch._C.Generator``).
     """
 

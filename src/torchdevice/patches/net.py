@@ -15,7 +15,7 @@ reaches ``aten::empty_strided``. This module registers a Python kernel for both 
 dispatch key of each device type the build has no kernel for (CUDA on CPU and macOS
 builds; MPS on CUDA and CPU builds), which places the allocation on the runtime's one path
 (:meth:`~torchdevice.runtime.Runtime.place`, with its float64 rule), marks what it stands for
-(:mod:`torchdevice.transfers`) and reports it at the user's line. The fill, arange or
+(:mod:`torchdevice.standing`) and reports it at the user's line. The fill, arange or
 random draw that follows runs on the real device the tensor is on.
 
 It costs nothing elsewhere: a kernel on the CUDA key runs only for a dispatch that was
@@ -43,7 +43,7 @@ import torch
 
 from torchdevice import callsite, ledger
 from torchdevice.runtime import active
-from torchdevice.transfers import mark_placed
+from torchdevice.standing import mark_placed
 
 __all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "places"]
 

@@ -45,7 +45,7 @@ __all__ = [
     "mark_placed",
     "moved",
     "requested",
-    "standing",
+    "standing_of",
 ]
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
@@ -114,7 +114,7 @@ def requested(request: object, parsed: Standing | None) -> Standing | None:
     return parsed
 
 
-def standing(tensor: torch.Tensor) -> Standing:
+def standing_of(tensor: torch.Tensor) -> Standing:
     """What ``tensor`` stands for: its storage's mark, else its real device."""
     try:
         marked: Standing | None = getattr(tensor.untyped_storage(), _MARK, None)
@@ -158,7 +158,7 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
     if is_tracing() or compiler._is_compiling_flag:  # fake tensors: storages untouched
         return result
     if result is source:  # torch found nothing to do: the real device is the same
-        if standing(source) == target:
+        if standing_of(source) == target:
             return source
         result = source.clone()
     # else: ``Tensor.to`` returns its input or a fresh tensor, never another alias
@@ -178,7 +178,7 @@ def host_memory(tensor: torch.Tensor) -> torch.Tensor:
         isinstance(tensor, torch.Tensor)  # torch's own check is the C++ one, after this
         and not tensor.is_cpu
         and not tensor.is_meta
-        and standing(tensor) == "host"
+        and standing_of(tensor) == "host"
     ):
         with torch._C.DisableTorchFunction():  # the real CPU, past the policy
             return tensor.cpu()
