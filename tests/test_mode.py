@@ -204,13 +204,13 @@ def _public_functions_taking_a_device() -> dict[str, object]:
             continue
         if not any(argument.name == "device" for argument in schema.arguments):
             continue
-        places = {}
+        named = {}
         for prefix, module in _NAMESPACES.items():
             short = name.removeprefix(prefix.removeprefix("torch.") + "_")  # fft_fftfreq
             if hasattr(module, short):
-                places[f"{prefix}.{short}"] = getattr(module, short)
-        assert places, f"aten::{name} takes a device but is not found in torch"
-        found.update(places)
+                named[f"{prefix}.{short}"] = getattr(module, short)
+        assert named, f"aten::{name} takes a device but is not found in torch"
+        found.update(named)
     return found
 
 

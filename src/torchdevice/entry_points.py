@@ -68,7 +68,7 @@ __all__ = [
     "device",
     "install",
     "installed",
-    "places",
+    "spots",
     "targets",
     "warn_without_native_fallback",
 ]
@@ -487,12 +487,12 @@ def warn_without_native_fallback(runtime: Runtime) -> None:
     )
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Every attribute :func:`install` may change on some host (an accelerator host wraps
     more), for the pristine check."""
     found = {
-        (id(owner), name): ledger.attr_place(owner, name)
+        (id(owner), name): ledger.attr_spot(owner, name)
         for host in (Host.cpu(), Host.mps())
         for owner, name, _ in targets(build_table(host))
     }
-    return (*found.values(), ledger.attr_place(torch, "device"))
+    return (*found.values(), ledger.attr_spot(torch, "device"))

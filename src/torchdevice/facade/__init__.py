@@ -56,7 +56,7 @@ from torchdevice.facade.cuda import (
 from torchdevice.facade.modules import FacadeModule
 from torchdevice.runtime import active
 
-__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed", "places"]
+__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed", "spots"]
 
 _REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
 
@@ -145,11 +145,11 @@ def installed() -> bool:
     return sys.modules.get("torch.cuda") is not _REAL_CUDA
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` may change on some host, for the pristine check."""
     return (
-        ledger.Place("torch modules imported under a facade", None),
-        *cuda.places(),
-        *mps.places(),
-        *accelerator.places(),
+        ledger.Spot("torch modules imported under a facade", None),
+        *cuda.spots(),
+        *mps.spots(),
+        *accelerator.spots(),
     )

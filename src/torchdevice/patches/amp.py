@@ -34,7 +34,7 @@ import torch.amp.grad_scaler
 from torchdevice import ledger
 from torchdevice.runtime import active
 
-__all__ = ["GROUP", "install", "installed", "places"]
+__all__ = ["GROUP", "install", "installed", "spots"]
 
 _AUTOCAST = torch.amp.autocast_mode.autocast
 _SCALER = torch.amp.grad_scaler.GradScaler
@@ -118,6 +118,6 @@ def installed() -> bool:
     return _AUTOCAST.__dict__["__init__"] is _autocast_init
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
-    return (ledger.attr_place(_AUTOCAST, "__init__"), ledger.attr_place(_SCALER, "__init__"))
+    return (ledger.attr_spot(_AUTOCAST, "__init__"), ledger.attr_spot(_SCALER, "__init__"))

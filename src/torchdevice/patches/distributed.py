@@ -47,7 +47,7 @@ from torchdevice.compiling import is_compiling
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
-__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "places", "staging_device"]
+__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "spots", "staging_device"]
 
 #: The ledger group of these wrappers.
 GROUP = "distributed"
@@ -578,12 +578,12 @@ def install() -> None:
     ledger.set_attr(GROUP, DistributedDataParallel, "__init__", _ddp_init)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
     names = ("init_process_group", "new_group", *_STAGED, "_coalescing_manager")
     return (
-        *(ledger.attr_place(owner, name) for owner in (dist, c10d) for name in names),
-        *(ledger.attr_place(dist, name) for name in _ENTRY_POINTS),
-        ledger.attr_place(dist, "is_nccl_available"),
-        ledger.attr_place(DistributedDataParallel, "__init__"),
+        *(ledger.attr_spot(owner, name) for owner in (dist, c10d) for name in names),
+        *(ledger.attr_spot(dist, name) for name in _ENTRY_POINTS),
+        ledger.attr_spot(dist, "is_nccl_available"),
+        ledger.attr_spot(DistributedDataParallel, "__init__"),
     )

@@ -45,7 +45,7 @@ from torchdevice import callsite, ledger
 from torchdevice.runtime import active
 from torchdevice.standing import mark_placed
 
-__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "places"]
+__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "spots"]
 
 #: Ledger group of the net's registrations.
 GROUP: Final = "dispatcher net"
@@ -180,7 +180,7 @@ def _empty_strided(
     return mark_placed(result, "device") if eager else result
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """What :func:`install` changes, for the pristine check: the kernels on the keys this
     build lacks (described as the ledger does, so asked before the net is installed)."""
     missing = dispatch_keys()
@@ -192,4 +192,4 @@ def places() -> tuple[ledger.Place, ...]:
             for op in OPS
         )
 
-    return (ledger.Place(f"aten allocation kernels for {', '.join(missing)}", read),)
+    return (ledger.Spot(f"aten allocation kernels for {', '.join(missing)}", read),)
