@@ -56,8 +56,6 @@ from torchdevice.handlers import tensor_to as tensor_to_handler
 from torchdevice.host import Host
 from torchdevice.intercepts import Handler, build_table
 from torchdevice.logs import logger
-from torchdevice.policy import Decision, Standing
-from torchdevice.reporting import EventKind
 from torchdevice.runtime import Runtime
 from torchdevice.standing import mark_placed, moved, requested
 
@@ -140,26 +138,6 @@ def _wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., An
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 
 
-def _counted(
-    rt: Runtime,
-    original: Callable[..., Any],
-    request: object,
-    decision: Decision,
-    kind: EventKind | None,
-) -> Standing | None:
-    """:meth:`Runtime.place <torchdevice.runtime.Runtime.place>`'s eager tail, for a
-    wrapper's cached path: the row at the wrapper's caller (none for a device object: it
-    was reported where it was made), and what the request stands for."""
-    if type(request) is REAL_DEVICE:
-        return requested(request, decision.standing)
-    if kind is not None:
-        frame: FrameType | None = sys._getframe(2)  # _counted <- the wrapper <- its caller
-        if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
-            frame = callsite.first_user(frame)
-        rt.recorder.hit(frame, original, decision, kind)
-    return decision.standing
-
-
 def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
     """A factory (``factory``/``explicit_factory`` handler) with its common calls inlined.
 
@@ -211,7 +189,16 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 decision, placed, kind = resolved
                 kwargs["device"] = placed
                 result = original(*args, **kwargs)
-                wanted = _counted(rt, original, request, decision, kind)
+                if type(request) is REAL_DEVICE:  # as Runtime.place: no row where a device
+                    # object is used (it was reported where it was made)
+                    wanted = requested(request, decision.standing)
+                else:
+                    wanted = decision.standing
+                    if kind is not None:
+                        frame: FrameType | None = sys._getframe(1)
+                        if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
+                            frame = callsite.first_user(frame)
+                        rt.recorder.hit(frame, original, decision, kind)
                 # mark_placed's own test first: most results need no mark
                 if wanted is not None and result.is_cpu is (wanted != "host"):
                     mark_placed(result, wanted)
@@ -277,7 +264,15 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         else:
             kwargs["device"] = placed
             result = original(*args, **kwargs)
-        wanted = _counted(rt, original, request, decision, kind)
+        if kind_of is REAL_DEVICE:  # no row where a device object is used
+            wanted = requested(request, decision.standing)
+        else:
+            wanted = decision.standing
+            if kind is not None:
+                frame: FrameType | None = sys._getframe(1)
+                if callsite.internal_cache.get(id(frame.f_code)) is not False:  # type: ignore[union-attr]
+                    frame = callsite.first_user(frame)
+                rt.recorder.hit(frame, original, decision, kind)
         return result if wanted is None else moved(tensor, result, wanted)
 
     functools.update_wrapper(wrapper, original)
