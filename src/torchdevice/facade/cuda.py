@@ -31,8 +31,8 @@ from torchdevice.facade import (
     real_device,
     streams,
 )
+from torchdevice.facade.call_counts import reported_namespace
 from torchdevice.facade.modules import FacadeModule
-from torchdevice.facade.reporting import reported_namespace
 
 __all__ = ["GROUP", "SUBMODULES", "build_cuda_facade", "get_device_module", "install", "spots"]
 

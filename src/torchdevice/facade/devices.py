@@ -22,7 +22,7 @@ import torch
 
 from torchdevice.compiling import constant_for_dynamo, is_tracing
 from torchdevice.errors import UnsupportedFeatureError
-from torchdevice.facade import real_device, reporting
+from torchdevice.facade import call_counts, real_device
 from torchdevice.facade.properties import DeviceProperties, properties_of
 from torchdevice.standing import host_memory
 
@@ -132,7 +132,7 @@ class device:
 
     def __init__(self, device: Any) -> None:
         if type(self) is __class__:  # type: ignore[name-defined]  # device_of is not this call
-            reporting.count_call("torch.cuda.device")  # a line to port, as the functions are
+            call_counts.count_call("torch.cuda.device")  # a line to port, as the functions are
         self.idx = real_device.checked(device)
         self.prev_idx = -1
 

@@ -28,16 +28,16 @@ import torch
 
 from torchdevice import ledger
 from torchdevice.facade import (
+    call_counts,
     device_only,
     devices,
     memory,
     modules,
     real_device,
-    reporting,
     streams,
 )
+from torchdevice.facade.call_counts import reported_namespace
 from torchdevice.facade.modules import FacadeModule
-from torchdevice.facade.reporting import reported_namespace
 from torchdevice.facade.streams import Event as _Event
 
 __all__ = ["GROUP", "Event", "install", "installed", "spots", "written_for"]
@@ -170,7 +170,7 @@ class Event(_Event):
     """``torch.mps.Event``: a real event of the device "mps" requests land on."""
 
     def __init__(self, enable_timing: bool = False) -> None:
-        reporting.count_call("torch.mps.Event")
+        call_counts.count_call("torch.mps.Event")
         super().__init__(enable_timing=enable_timing)
 
     def __repr__(self) -> str:
