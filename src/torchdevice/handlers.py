@@ -180,7 +180,7 @@ def _from_data(
     result = func(*args, **kwargs)
     if source != wanted and func is _AS_TENSOR and _aliases(result, data):
         result = result.clone()
-    return mark(result, wanted)
+    return mark_placed(result, wanted)  # a standing from Runtime.place: not compiling
 
 
 def _aliases(result: torch.Tensor, data: object) -> bool:
@@ -448,7 +448,7 @@ def tensor_type(
         if dtype is torch.float64 and tensor.device.type == rt.float64_device:
             return _converted(rt, func, tensor)  # .type(torch.float64) on MPS
         return func(*args, **kwargs)
-    decision, device, _ = rt.place("cuda", func)
+    decision, device, wanted = rt.place("cuda", func)
     if decision.action == "unchanged":
         return func(*args, **kwargs)
     cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
@@ -456,7 +456,7 @@ def tensor_type(
     if rt.float64_device is not None:
         narrowed = rt.narrow_float64(func, device, narrowed)
     result = cast.to(device, narrowed, non_blocking=non_blocking)
-    return moved(tensor, result, "device")
+    return result if wanted is None else moved(tensor, result, wanted)
 
 
 def _converted(

@@ -153,10 +153,11 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
 
     ``result`` is what torch returned for the rewritten call. Already there: ``source``
     itself. Crossing between host and device: an independent copy, even where torch
-    returned ``source`` because the real device is the same.
+    returned ``source`` because the real device is the same. Eager code only (compiled
+    code's fake tensors keep their storages untouched): ``target`` is a standing from
+    :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`, which is ``None`` while
+    torch compiles, so the caller skips this then without asking again.
     """
-    if is_tracing() or compiler._is_compiling_flag:  # fake tensors: storages untouched
-        return result
     if result is source:  # torch found nothing to do: the real device is the same
         if standing_of(source) == target:
             return source
