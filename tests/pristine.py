@@ -1,8 +1,8 @@
 """What native torch looks like, and a check that torch is in that state again.
 
 Imported by ``conftest.py`` (the reset fixture) and by tests that compare against it. What
-it checks is derived from torchdevice's install list (:func:`torchdevice.patches.places`),
-not written out here: a new patch is checked as soon as it declares its places.
+it checks is derived from torchdevice's install list (:func:`torchdevice.patches.spots`),
+not written out here: a new patch is checked as soon as it declares its spots.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ REAL_INIT_PROCESS_GROUP = c10d.init_process_group
 REAL_IS_NCCL_AVAILABLE = c10d.is_nccl_available
 
 
-#: What every place an installer may change (:data:`torchdevice.patches.INSTALL_ORDER`)
+#: What every spot an installer may change (:data:`torchdevice.patches.INSTALL_ORDER`)
 #: held when this module was imported, before any test enabled anything: native torch.
-NATIVE = {what: (place, place.read()) for what, place in patches.places().items() if place.read}
+NATIVE = {what: (spot, spot.read()) for what, spot in patches.spots().items() if spot.read}
 
 
 def _same(current: object, native: object) -> bool:
@@ -44,14 +44,14 @@ def torch_is_pristine() -> list[str]:
     """What differs from native torch right now (empty when nothing does).
 
     First what torchdevice's own ledger still holds (every change it makes is recorded
-    there, and ``disable()`` must leave it empty), then every place the install list says
+    there, and ``disable()`` must leave it empty), then every spot the install list says
     it changes, read back and compared with what native torch had there, so a change made
-    without recording it is caught too; then what is not a place (the mode stack).
+    without recording it is caught too; then what is not a spot (the mode stack).
     """
     problems = [f"still recorded in the ledger: {c.group}: {c.what}" for c in ledger.changes()]
-    for what, (place, native) in NATIVE.items():
-        assert place.read is not None
-        if not _same(place.read(), native):
+    for what, (spot, native) in NATIVE.items():
+        assert spot.read is not None
+        if not _same(spot.read(), native):
             problems.append(f"{what} is not as native torch had it")
     if torch.autocast is not REAL_AUTOCAST or amp.installed():
         problems.append("autocast is rewritten")

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils._device import _device_constructors
 
 import torchdevice
-from torchdevice import intercepts
+from torchdevice import handlers, intercepts
 from torchdevice.host import Host
 from torchdevice.intercepts import build_table
 from torchdevice.reporting.recorder import api_name
@@ -121,9 +121,9 @@ BUILDERS = {
 }
 
 _FACTORY_HANDLERS = (
-    intercepts.factory,
-    intercepts.explicit_factory,
-    intercepts.constructor_overload,
+    handlers.factory,
+    handlers.explicit_factory,
+    handlers.constructor_overload,
 )
 #: torch's constructors, and every other function the table handles as a factory.
 FACTORIES = sorted(
@@ -204,13 +204,13 @@ def _public_functions_taking_a_device() -> dict[str, object]:
             continue
         if not any(argument.name == "device" for argument in schema.arguments):
             continue
-        places = {}
+        named = {}
         for prefix, module in _NAMESPACES.items():
             short = name.removeprefix(prefix.removeprefix("torch.") + "_")  # fft_fftfreq
             if hasattr(module, short):
-                places[f"{prefix}.{short}"] = getattr(module, short)
-        assert places, f"aten::{name} takes a device but is not found in torch"
-        found.update(places)
+                named[f"{prefix}.{short}"] = getattr(module, short)
+        assert named, f"aten::{name} takes a device but is not found in torch"
+        found.update(named)
     return found
 
 

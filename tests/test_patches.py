@@ -1,6 +1,6 @@
 """The install list (:data:`torchdevice.patches.INSTALL_ORDER`): every change activation makes
-is one of its entries' declared places, made in the list's order, and the pristine check
-reads every declared place back."""
+is one of its entries' declared spots, made in the list's order, and the pristine check
+reads every declared spot back."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def _owner(group: str) -> patches.Patch:
 @pytest.mark.parametrize("kind", list(HOSTS))
 def test_every_change_is_a_declared_place_of_the_entry_that_made_it(kind: str) -> None:
     """A new change that its installer does not declare fails here, so the pristine check
-    (which reads the declared places) cannot miss it."""
-    declared = {patch.name: {place.what for place in patch.places()} for patch in INSTALL_ORDER}
+    (which reads the declared spots) cannot miss it."""
+    declared = {patch.name: {spot.what for spot in patch.spots()} for patch in INSTALL_ORDER}
     torchdevice.enable(host=HOSTS[kind], log_level="INFO", keep_cpu=True)
     changes = ledger.changes()
     torchdevice.disable()
@@ -135,7 +135,7 @@ LEFT_IN_PLACE: dict[str, tuple[str, Callable[[], AbstractContextManager[None]]]]
 
 @pytest.mark.parametrize("case", list(LEFT_IN_PLACE))
 def test_pristine_check_sees_a_change_made_without_the_ledger(case: str) -> None:
-    """The places the hand-written check used to miss, each changed behind the ledger."""
+    """The spots the hand-written check used to miss, each changed behind the ledger."""
     what, change = LEFT_IN_PLACE[case]
     assert torch_is_pristine() == []
     with change():

@@ -19,19 +19,28 @@ toggle is a change of torchdevice's state, not a graph op: it breaks the graph
 (:func:`graph_break`). Dynamo's table of torch functions must be built from the real
 modules, not the facade's (:func:`build_trace_rules_natively`, :func:`clear_trace_rules`).
 
-The per-call compile check, for the paths that run on every call:
-``torch.compiler.is_compiling()`` is ``torch.jit.is_scripting() or`` a module flag, and
-``is_scripting()`` is always False in Python code (TorchScript never runs torchdevice's
-Python): three Python calls where one will do. Measured with callgrind on the redirected
-factory and ``Tensor.to`` paths, that call was several hundred instructions of each
-(benchmarks/README.md). The hot paths inline the same test as :func:`is_compiling`::
+Two questions, each asked one way in the whole package:
 
-    if _is_tracing() or _compiler._is_compiling_flag: ...
+* "Are we compiling?" (record nothing, mark no tensor): :func:`is_compiling`.
+  ``torch.compiler.is_compiling()`` is ``torch.jit.is_scripting() or`` a module flag, and
+  ``is_scripting()`` is always False in Python code (TorchScript never runs torchdevice's
+  Python): three Python calls where one will do. Measured with callgrind on the redirected
+  factory and ``Tensor.to`` paths, that call was several hundred instructions of each
+  (benchmarks/README.md). The paths that run on every call (:meth:`Runtime.place
+  <torchdevice.runtime.Runtime.place>`, the facades' call counter, the entry-points
+  tier's wrappers, :mod:`torchdevice.standing`) inline its body, spelled the same::
 
-``_is_tracing`` (``torch.compiler.is_dynamo_compiling``) is what dynamo folds to True while
-it traces, so traced code never reads the flag (a read would put a guard on it); eager
-code that runs while dynamo compiles or ``torch.export`` traces sees the flag, which torch
-holds True for that time. ``tests/test_compiling.py`` checks both agree with torch's.
+      if is_tracing() or compiler._is_compiling_flag: ...
+
+* "Is dynamo tracing this code?" (answer with a graph constant): :func:`is_tracing`
+  (``torch.compiler.is_dynamo_compiling``), which dynamo folds to True while it traces, so
+  traced code never reads the flag (a read would put a guard on it); eager code that runs
+  while dynamo compiles or ``torch.export`` traces sees the flag, which torch holds True
+  for that time. ``tests/test_compiling.py`` checks both agree with torch's.
+
+A redirected request asks once: :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`
+answers ``None`` for what it stands for while compiling, and the marks that follow skip a
+``None``.
 """
 
 from __future__ import annotations
@@ -45,39 +54,18 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
-from torchdevice.policy import Action, Decision, DeviceSpec
+from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState
 
 if TYPE_CHECKING:
-    from torchdevice.policy import PolicyState
     from torchdevice.reporting import EventKind
 
-
-class Runtime(Protocol):
-    """What this module needs of a :class:`torchdevice.runtime.Runtime` (the runtime
-    imports this module, so this module names the runtime by what it uses, not by import:
-    no cycle)."""
-
-    serial: int
-    table: Mapping[Callable[..., Any], Callable[..., Any]]
-    handlers: tuple[Callable[..., Any], ...]
-
-    @property
-    def state(self) -> PolicyState: ...
-
-    def lookup(self, request: object) -> Resolved: ...
-
-    def torch_device(self, spec: DeviceSpec) -> torch.device: ...
-
-    def set_cpu_override(self, on: bool) -> None: ...
-
-
-#: A resolved request: the decision, the device to use, the report row's kind.
-Resolved = tuple[Decision, torch.device, "EventKind | None"]
-
 __all__ = [
+    "Resolved",
+    "TracedRuntime",
     "build_trace_rules_natively",
     "by_serial",
     "clear_trace_rules",
+    "compiler",
     "constant_for_dynamo",
     "graph_break",
     "is_compiling",
@@ -90,8 +78,9 @@ __all__ = [
 
 #: True only in code dynamo traces (eager code dynamo runs at trace time sees False).
 is_tracing = torch.compiler.is_dynamo_compiling
-_compiler = torch.compiler
-if not hasattr(_compiler, "_is_compiling_flag"):  # pragma: no cover - a torch without it
+#: ``torch.compiler``, whose ``_is_compiling_flag`` the per-call paths read inline.
+compiler = torch.compiler
+if not hasattr(compiler, "_is_compiling_flag"):  # pragma: no cover - a torch without it
     raise ImportError(
         "torchdevice needs torch.compiler._is_compiling_flag (torch >= 2.5): "
         f"torch {torch.__version__} has none"
@@ -101,7 +90,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def is_compiling() -> bool:
     """``torch.compiler.is_compiling()``, one call cheaper (see the module docstring)."""
-    return is_tracing() or _compiler._is_compiling_flag
+    return is_tracing() or compiler._is_compiling_flag
 
 
 def constant_for_dynamo(fn: _F) -> _F:
@@ -120,11 +109,36 @@ def constant_for_dynamo(fn: _F) -> _F:
 
 
 # -- the runtimes compiled code names ---------------------------------------------------
+#: A cached resolution of a device request: the decision, its ``torch.device``, and how
+#: the report counts it (``None``: not at all). What the request stands for is
+#: ``decision.standing``. The runtime's decision cache holds these; defined here, below
+#: the runtime, so that this module needs no import of it (no import cycle).
+Resolved = tuple[Decision, torch.device, "EventKind | None"]
+
+
+class TracedRuntime(Protocol):
+    """What compiled code reads of a runtime (:class:`torchdevice.runtime.Runtime`): its
+    serial number, its function table and handlers, its decisions and devices."""
+
+    serial: int
+    table: Mapping[Callable[..., Any], Callable[..., Any]]
+    handlers: tuple[Callable[..., Any], ...]
+
+    @property
+    def state(self) -> PolicyState: ...
+
+    def lookup(self, request: object) -> Resolved: ...
+
+    def set_cpu_override(self, on: bool) -> None: ...
+
+    def torch_device(self, spec: DeviceSpec) -> torch.device: ...
+
+
 _serials = itertools.count(1)
-_by_serial: weakref.WeakValueDictionary[int, Runtime] = weakref.WeakValueDictionary()
+_by_serial: weakref.WeakValueDictionary[int, TracedRuntime] = weakref.WeakValueDictionary()
 
 
-def register(runtime: Runtime) -> int:
+def register(runtime: TracedRuntime) -> int:
     """A new serial number for ``runtime``: what graphs traced with it guard on.
 
     A runtime takes a new number when its decisions change for good (a fork child that
@@ -135,7 +149,7 @@ def register(runtime: Runtime) -> int:
     return serial
 
 
-def by_serial(serial: int) -> Runtime:
+def by_serial(serial: int) -> TracedRuntime:
     """The runtime numbered ``serial`` (alive: a graph traced with it holds its mode)."""
     return _by_serial[serial]
 
@@ -176,7 +190,7 @@ _Flat = tuple[
 ]
 
 
-def resolve_traced(runtime: Runtime, request: object) -> Resolved:
+def resolve_traced(runtime: TracedRuntime, request: object) -> Resolved:
     """:meth:`Runtime.resolve <torchdevice.runtime.Runtime.resolve>` while dynamo traces:
     a constant the graph is specialised on.
 
@@ -229,7 +243,7 @@ def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Fla
     )
 
 
-def traced_device(runtime: Runtime, spec: DeviceSpec) -> torch.device:
+def traced_device(runtime: TracedRuntime, spec: DeviceSpec) -> torch.device:
     """:meth:`Runtime.torch_device <torchdevice.runtime.Runtime.torch_device>` while dynamo
     traces: a constant, computed eagerly (guards: the runtime's serial and the spec)."""
     return _traced_device(runtime.serial, spec.type, spec.index)

@@ -50,13 +50,14 @@ import torch
 
 from torchdevice import callsite, ledger
 from torchdevice import runtime as runtime_module
-from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.compiling import compiler, is_tracing
+from torchdevice.handlers import device_ctor, explicit_factory, factory
+from torchdevice.handlers import tensor_to as tensor_to_handler
 from torchdevice.host import Host
-from torchdevice.intercepts import Handler, build_table, device_ctor, explicit_factory, factory
-from torchdevice.intercepts import tensor_to as tensor_to_handler
+from torchdevice.intercepts import Handler, build_table
 from torchdevice.logs import logger
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import mark_placed, moved, requested
+from torchdevice.standing import mark_placed, moved, requested
 
 if TYPE_CHECKING:
     from torchdevice.policy import Decision, Standing
@@ -69,7 +70,7 @@ __all__ = [
     "device",
     "install",
     "installed",
-    "places",
+    "spots",
     "targets",
     "warn_without_native_fallback",
 ]
@@ -82,7 +83,7 @@ GROUP: Final = "entry-point wrappers"
 REAL_DEVICE: Final = torch.device
 
 #: ``Tensor.device``'s C getter: its key in the table on accelerator hosts
-#: (:func:`torchdevice.intercepts.tensor_device`; the mode sees the property as a function).
+#: (:func:`torchdevice.handlers.tensor_device`; the mode sees the property as a function).
 _DEVICE_GET: Final = torch._C.TensorBase.device.__get__
 
 #: Functions of the mode's table that this tier does not wrap, and why.
@@ -91,7 +92,6 @@ LEFT_OUT: Mapping[str, str] = {
     "patches wraps already, for the mode too (it never reaches a function mode)",
 }
 
-_is_tracing = is_tracing
 #: True under ``torch._C.DisableTorchFunction()``: what the mode does not see either.
 _all_disabled = torch._C._is_torch_function_all_disabled
 
@@ -113,7 +113,7 @@ def _handled(
     """The handler's full path: as the mode would call it, the wrappers off on this thread
     while it runs. Under dynamo the handler is traced as the mode's is (no thread-local
     state in a graph)."""
-    if _is_tracing():
+    if is_tracing():
         return handler(rt, original, args, kwargs)
     thread = _get_ident()
     if thread in _busy or _all_disabled():
@@ -171,7 +171,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
     applies (``out=``, a generator, pinning, float64 on MPS). A call whose ``device=`` has
     a cached decision is placed here: the device swapped in, the call site counted at the
     caller's frame (one frame read when the caller is user code), the result's storage
-    marked for the copy semantics (:mod:`torchdevice.transfers`), as the handler does.
+    marked for the copy semantics (:mod:`torchdevice.standing`), as the handler does.
     Everything else (a first request, dynamo, a native section) takes the handler.
     """
     places_default = handler is factory
@@ -191,8 +191,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 or "out" in kwargs
                 or "generator" in kwargs
                 or "pin_memory" in kwargs
-                or _is_tracing()  # before the thread-local read: dynamo traces this
-                or _compiler._is_compiling_flag
+                or is_tracing()  # before the thread-local read: dynamo traces this
+                or compiler._is_compiling_flag
                 or (_busy and _get_ident() in _busy)
                 or _all_disabled()
             ):
@@ -201,8 +201,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
         elif not (
             rt.float64_device is not None
             or "pin_memory" in kwargs
-            or _is_tracing()
-            or _compiler._is_compiling_flag
+            or is_tracing()
+            or compiler._is_compiling_flag
             or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):
@@ -240,7 +240,7 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
     ``device=`` (``x.to(other.device)`` and ``x.to(device=..., dtype=...)`` run several times
     per token in ``generate``) with a cached decision is placed here as the handler places
     it: the device swapped in, the call counted at the caller's line (not for a device
-    object), the copy semantics (:func:`~torchdevice.transfers.moved`). The rest (a first
+    object), the copy semantics (:func:`~torchdevice.standing.moved`). The rest (a first
     request, the dtype rule, dynamo, a native section) takes the handler."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -260,8 +260,8 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         if (
             request is None
             or rt.float64_device is not None
-            or _is_tracing()
-            or _compiler._is_compiling_flag
+            or is_tracing()
+            or compiler._is_compiling_flag
             or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):
@@ -385,7 +385,7 @@ def targets(table: Mapping[Callable[..., Any], Handler]) -> list[tuple[Any, str,
                 seen.add(key)
                 found.append((target_owner, name, handler))
     getter = table.get(_DEVICE_GET)
-    if getter is not None:  # the MPS host's Tensor.device (intercepts.tensor_device)
+    if getter is not None:  # the MPS host's Tensor.device (handlers.tensor_device)
         found.append((torch.Tensor, "device", getter))
     return found
 
@@ -490,12 +490,12 @@ def warn_without_native_fallback(runtime: Runtime) -> None:
     )
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Every attribute :func:`install` may change on some host (an accelerator host wraps
     more), for the pristine check."""
     found = {
-        (id(owner), name): ledger.attr_place(owner, name)
+        (id(owner), name): ledger.attr_spot(owner, name)
         for host in (Host.cpu(), Host.mps())
         for owner, name, _ in targets(build_table(host))
     }
-    return (*found.values(), ledger.attr_place(torch, "device"))
+    return (*found.values(), ledger.attr_spot(torch, "device"))

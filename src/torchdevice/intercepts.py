@@ -1,9 +1,10 @@
 """The table of device-taking torch functions, and how each one's device is rewritten.
 
 The function mode looks a function up here and nothing else: a function missing from the
-table leaves through the fast path untouched. Each handler receives the current
-:class:`~torchdevice.runtime.Runtime`, the function and its arguments, and calls the
-function with the device the policy decided.
+table leaves through the fast path untouched. The handlers (:mod:`torchdevice.handlers`)
+receive the current :class:`~torchdevice.runtime.Runtime`, the function and its
+arguments, and call the function with the device the policy decided. The table comes
+first, as ``torch/utils/_device.py`` opens on its own; the lists it is built from follow.
 
 Every public torch function whose ATen schema takes a ``device`` is in the table or in
 :data:`LEFT_OUT`, which says why (``tests/test_mode.py`` derives the list from the
@@ -28,260 +29,101 @@ from typing import Any
 
 import torch
 
-from torchdevice import callsite
-from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.handlers import (
+    constructor_overload,
+    device_ctor,
+    explicit_factory,
+    factory,
+    float64_argument,
+    generator_bound,
+    parse_to,
+    pin_memory,
+    tensor_cpu,
+    tensor_cuda,
+    tensor_device,
+    tensor_double,
+    tensor_numpy,
+    tensor_to,
+    tensor_type,
+)
 from torchdevice.host import Host
-from torchdevice.policy import (
-    GOVERNED_TYPES,
-    Decision,
-    Standing,
-    draws_on_generator,
-    has_float64,
-    is_inplace,
-    pins,
-)
-from torchdevice.reporting.guide import origin
-from torchdevice.reporting.recorder import api_name
+from torchdevice.policy import has_float64
 from torchdevice.runtime import Runtime
-from torchdevice.transfers import (
-    READ_CPU,
-    device_object,
-    mark,
-    mark_placed,
-    moved,
-    requested,
-    standing,
-)
 
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
-# torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
-_is_tracing = is_tracing
-#: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
-_DEVICE = torch.device
-
+#: What the table maps a function to (:mod:`torchdevice.handlers`).
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
 
-def _is_device_arg(value: object) -> bool:
-    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor)."""
-    return isinstance(value, (str, torch.device)) or (
-        isinstance(value, int) and not isinstance(value, bool)
-    )
+def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
+    """Every intercepted function for ``host``, mapped to its handler.
 
-
-def _wanted(request: object, decision: Decision) -> Standing | None:
-    """What ``request`` stands for: a remembered device object's standing, else its
-    parsed value's (:func:`~torchdevice.transfers.requested`)."""
-    return requested(request, decision.standing)
-
-
-def _placed(
-    rt: Runtime, request: object, func: Callable[..., Any]
-) -> tuple[torch.device, Standing | None]:
-    """A factory's ``device=``: the device to use (:meth:`Runtime.place`) and what the
-    request stands for (:mod:`torchdevice.transfers`); ``None`` for that while torch
-    compiles: marks are for eager tensors."""
-    decision, device = rt.place(request, func)
-    if _is_tracing() or _compiler._is_compiling_flag:
-        return device, None
-    if type(request) is _DEVICE:  # a remembered device object knows its standing
-        return device, requested(request, decision.standing)
-    return device, decision.standing
-
-
-_PIN_REASON = "pinned memory needs CUDA here: an ordinary copy"
-
-
-def _note_pin(rt: Runtime, api: str, requested: str, decided: str) -> None:
-    """Report a pin request torchdevice dropped, where the user's own code made it (not
-    DataLoader's pinning thread: natively that one only warns without an accelerator,
-    while ``x.pin_memory()`` and ``pin_memory=True`` raise)."""
-    frame = callsite.user_frame(1)
-    if frame is not None and origin(frame.f_code.co_filename) is None:
-        rt.note_event("device-api", api, requested, decided, _PIN_REASON)
-
-
-def _drop_pin(
-    rt: Runtime, device: torch.device | None, kwargs: dict[str, Any], func: Callable[..., Any]
-) -> None:
-    """Drop ``pin_memory=True`` where pinning cannot mean anything (``policy.pins``), and
-    report it: natively, without an accelerator, torch raises there."""
-    if kwargs.get("pin_memory") and not pins(rt.host, None if device is None else device.type):
-        kwargs["pin_memory"] = False
-        _note_pin(rt, api_name(func), "pin_memory=True", "pin_memory=False")
-
-
-_DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
-# torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
-# the wrapper, and the handler is handed the original.
-_AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
-
-
-def _narrow_float64(
-    rt: Runtime, func: Callable[..., Any], device: torch.device | None, dtype: Any
-) -> Any:
-    """The dtype rule (docs/fallback.md): MPS has no float64, so float64 there is float32.
-
-    Logged and reported once per call site as a ``dtype`` event. Only explicit float64
-    requests and float64 data are narrowed; a float64 *default* dtype is left to torch.
+    Host-dependent entries are left out where they cannot matter (``.numpy()`` of a tensor
+    on the CPU needs no help), so the mode's fast path stays a single dict miss.
     """
-    if dtype is torch.float64 and device is not None and device.type == rt.float64_device:
-        rt.note_event(
-            "dtype",
-            api_name(func),
-            f"{device}, float64",
-            f"{device}, float32",
-            "MPS has no float64: float32 on the device",
-        )
-        return torch.float32
-    return dtype
+    table: dict[Callable[..., Any], Handler] = dict.fromkeys(_factories(), factory)
+    for name in _EXPLICIT_FACTORIES:
+        table[getattr(torch, name)] = explicit_factory
+    for name in _NEW_METHODS:
+        table[getattr(torch.Tensor, name)] = explicit_factory
+    table[torch.Tensor.to] = tensor_to
+    table[torch._C._nn._parse_to] = parse_to
+    table[torch.Tensor.cuda] = tensor_cuda
+    table[torch.Tensor.cpu] = tensor_cpu
+    table[torch.Tensor.type] = tensor_type
+    table[torch.device] = device_ctor
+    table[torch.Tensor.pin_memory] = pin_memory
+    for name in _CONSTRUCTOR_OVERLOADS:
+        table[getattr(torch, name)] = constructor_overload
+    if host.accelerator is not None:
+        table[torch.Tensor.numpy] = tensor_numpy
+        table[torch._C.TensorBase.device.__get__] = tensor_device
+        for name in _GENERATOR_OPS:
+            table[getattr(torch.Tensor, name)] = generator_bound
+        for name in _GENERATOR_FUNCTIONS:
+            table[getattr(torch, name)] = generator_bound
+        for function in _initializers():
+            table[function] = generator_bound
+    if not has_float64(host):
+        table[torch.Tensor.double] = tensor_double
+        for function in _dtype_argument_functions():
+            table.setdefault(function, float64_argument)
+    return table
 
 
-def _factory_dtype(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    """Apply the dtype rule to a factory's ``dtype=`` (or its float64 data) in place."""
-    dtype = kwargs.get("dtype")
-    if dtype is None and func in _DATA_FACTORIES and args:
-        data_dtype = getattr(args[0], "dtype", None)
-        if data_dtype is torch.float64 or str(data_dtype) == "float64":
-            dtype = torch.float64
-    narrowed = _narrow_float64(rt, func, kwargs.get("device"), dtype)
-    if narrowed is not dtype:
-        kwargs["dtype"] = narrowed
+#: Public torch functions whose schema takes a ``device`` but that are not in the table.
+LEFT_OUT: Mapping[str, str] = {
+    "torch.Generator": "a class torch builds in C++, never a function-mode call: "
+    "torchdevice.patches wraps it",
+    "torch.from_file": "maps a file into host memory: its only kernel is the CPU's, so "
+    "a device-less call must stay on the CPU, and torch refuses other devices itself",
+    "torch.Tensor.is_pinned": "a query that makes no tensor; its device argument is "
+    "deprecated and names whose pinned memory is asked about",
+}
+
+# -- the lists the table is built from ---------------------------------------------------
+_EXPLICIT_FACTORIES = (
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+)
+_NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
 
 
-# Handlers may update ``kwargs`` in place: torch hands each ``__torch_function__`` call a
-# dict of its own, and the mode passes ``{}`` when there is none.
-# -- handlers ---------------------------------------------------------------------------
-def factory(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """A constructor (``torch.zeros``...): rewrite ``device=``; place device-less calls."""
-    request = kwargs.get("device")
-    if request is None:
-        default = rt.default_device
-        if default is None or kwargs.get("out") is not None:  # out= decides the device
-            if kwargs.get("pin_memory"):
-                _drop_pin(rt, None, kwargs, func)
-            return func(*args, **kwargs)
-        generator = kwargs.get("generator")
-        if generator is not None and draws_on_generator(generator.device.type, default.type):
-            return _drawn_then_moved(rt, func, args, kwargs, generator.device, default)
-        kwargs["device"] = default
-        _drop_pin(rt, default, kwargs, func)
-        if rt.float64_device is not None:
-            _factory_dtype(rt, func, args, kwargs)
-        # Natively a host tensor; here on the accelerator: it stands for the host.
-        result = func(*args, **kwargs)
-        if _is_tracing() or _compiler._is_compiling_flag:
-            return result
-        return mark_placed(result, "host")
-    device, wanted = _placed(rt, request, func)
-    kwargs["device"] = device
-    if "pin_memory" in kwargs:
-        _drop_pin(rt, device, kwargs, func)
-    if rt.float64_device is not None:
-        _factory_dtype(rt, func, args, kwargs)
-    if func in _DATA_FACTORIES and args:
-        return _from_data(func, args, kwargs, wanted)
-    result = func(*args, **kwargs)
-    return mark_placed(result, wanted)
+def _factories() -> set[Callable[..., Any]]:
+    """The constructors ``torch/utils/_device.py`` redirects, built lazily like there."""
+    from torch.utils._device import _device_constructors  # noqa: PLC0415
+
+    return set(_device_constructors())
 
 
-def _from_data(
-    func: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    wanted: Standing | None,
-) -> Any:
-    """``torch.tensor/as_tensor/asarray(data, device=...)`` with the device's copy rules.
-
-    Data on the host (a NumPy array, a host tensor) given to a device request is copied,
-    as a host-to-device transfer copies, even where the real device is the same and
-    ``as_tensor``/``asarray`` would alias it; a tensor already standing for the wanted
-    device is shared, as natively.
-    """
-    data = args[0]
-    if wanted is None:
-        return func(*args, **kwargs)
-    source: Standing = standing(data) if isinstance(data, torch.Tensor) else "host"
-    if source != wanted and func is _ASARRAY and kwargs.get("copy") is None:
-        kwargs["copy"] = True
-    result = func(*args, **kwargs)
-    if source != wanted and func is _AS_TENSOR and _aliases(result, data):
-        result = result.clone()
-    return mark(result, wanted)
-
-
-def _aliases(result: torch.Tensor, data: object) -> bool:
-    """Whether ``as_tensor`` shared ``data``'s memory instead of copying it."""
-    if isinstance(data, torch.Tensor):
-        return result.untyped_storage().data_ptr() == data.untyped_storage().data_ptr()
-    interface = getattr(data, "__array_interface__", None)
-    return isinstance(interface, dict) and result.data_ptr() == interface["data"][0]
-
-
-def _drawn_then_moved(
-    rt: Runtime,
-    func: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    source: torch.device,
-    target: torch.device,
-) -> torch.Tensor:
-    """A device-less factory given a generator of another device (a CPU one, typically).
-
-    A generator only draws on its own device, so the values are drawn there — the very
-    numbers a native run draws — and the tensor then moves to where device-less factories
-    land, so it meets the rest of the program's tensors (the model, other data) on one
-    device. A leaf asked for with ``requires_grad=True`` stays a leaf.
-    """
-    requires_grad = bool(kwargs.pop("requires_grad", False))
-    kwargs.pop("pin_memory", None)  # the result lives on the accelerator: nothing to pin
-    kwargs["device"] = source
-    drawn: torch.Tensor = func(*args, **kwargs)
-    dtype = drawn.dtype
-    if rt.float64_device is not None:
-        dtype = _narrow_float64(rt, func, target, dtype)
-    result = mark(drawn.to(target, dtype), "host")  # a device-less factory's result
-    return result.requires_grad_() if requires_grad else result
-
-
-def generator_bound(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """Random ops given a generator of another device than their tensor's.
-
-    The factory rule's other half: redirected tensors live on the accelerator while a
-    ``torch.Generator()`` made without a device stays on the CPU (DataLoader draws its
-    seed with ``torch.empty(()).random_(generator=g)``). The numbers are drawn on the
-    generator's device, as natively, and land on the tensor's: in place for ``x.uniform_``
-    and friends, moved for ``torch.bernoulli``/``multinomial``/``normal``.
-    """
-    if not args and "tensor" in kwargs:  # nn.init's functions reach modes by keyword
-        kwargs = dict(kwargs)
-        args = (kwargs.pop("tensor"),)
-    generator = kwargs.get("generator")
-    if generator is None:  # and take it positionally too
-        generator = next((a for a in args if isinstance(a, torch.Generator)), None)
-    tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-    if (
-        generator is None
-        or tensor is None
-        or not draws_on_generator(str(generator.device), str(tensor.device))
-    ):
-        return func(*args, **kwargs)
-    source = generator.device
-    moved = tuple(a.to(source) if isinstance(a, torch.Tensor) else a for a in args)
-    result = func(*moved, **kwargs)
-    if is_inplace(func):  # write into the original
-        with torch.no_grad():
-            tensor.copy_(moved[0])
-        return tensor
-    return result.to(tensor.device)
-
+#: Functions that construct in some overloads and follow their tensors in the others.
+_CONSTRUCTOR_OVERLOADS = ("normal",)
 
 _GENERATOR_OPS = (
     "random_",
@@ -307,282 +149,6 @@ def _initializers() -> list[Callable[..., Any]]:
         and inspect.isfunction(function)
         and "generator" in inspect.signature(function).parameters
     ]
-
-
-def _has_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    return any(isinstance(a, torch.Tensor) for a in args) or any(
-        isinstance(v, torch.Tensor) for v in kwargs.values()
-    )
-
-
-def constructor_overload(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """A function that constructs only in some overloads: ``torch.normal(0., 1., size)``.
-
-    Which overload a call takes shows in its arguments: with no tensor among them it is
-    the constructor (the one that takes ``device=``), placed like every factory, with or
-    without a device; with tensors (``torch.normal(means, 1.0)``, ``out=``) it follows
-    them, under the generator rule on accelerator hosts.
-    """
-    if _has_tensor(args, kwargs):
-        if rt.default_device is None:  # CPU host: tensors and generators share the CPU
-            return func(*args, **kwargs)
-        return generator_bound(rt, func, args, kwargs)
-    return factory(rt, func, args, kwargs)
-
-
-#: Functions that construct in some overloads and follow their tensors in the others.
-_CONSTRUCTOR_OVERLOADS = ("normal",)
-
-#: Public torch functions whose schema takes a ``device`` but that are not in the table.
-LEFT_OUT: Mapping[str, str] = {
-    "torch.Generator": "a class torch builds in C++, never a function-mode call: "
-    "torchdevice.patches wraps it",
-    "torch.from_file": "maps a file into host memory: its only kernel is the CPU's, so "
-    "a device-less call must stay on the CPU, and torch refuses other devices itself",
-    "torch.Tensor.is_pinned": "a query that makes no tensor; its device argument is "
-    "deprecated and names whose pinned memory is asked about",
-}
-
-
-def explicit_factory(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``*_like`` and ``Tensor.new_*``: only an explicit ``device=`` is rewritten; a
-    float64 ``dtype=`` landing on the MPS device follows the dtype rule either way."""
-    request = kwargs.get("device")
-    if request is None:  # on its input's device, where an op's own dtype= lands
-        return float64_argument(rt, func, args, kwargs)
-    device, wanted = _placed(rt, request, func)
-    kwargs["device"] = device
-    if "pin_memory" in kwargs:
-        _drop_pin(rt, device, kwargs, func)
-    if rt.float64_device is not None:
-        _factory_dtype(rt, func, args, kwargs)
-    result = func(*args, **kwargs)
-    return mark_placed(result, wanted)
-
-
-def _rewrite_to_args(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], first: int
-) -> tuple[tuple[Any, ...], dict[str, Any], Standing | None]:
-    """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``.
-
-    Also returns what the requested device stands for (``None``: no device requested, or
-    one the policy does not govern), for the copy semantics of :mod:`torchdevice.transfers`.
-    ``Module.to`` (``first == 0``: ``_parse_to``) is reported past overrides of ``to``.
-    """
-    method = "to" if first == 0 else None
-    if "device" in kwargs:
-        request = kwargs["device"]
-        if request is None:
-            return args, kwargs, None
-        decision, device = rt.place(request, func, method=method)
-        kwargs = dict(kwargs)
-        kwargs["device"] = device
-        return args, kwargs, _wanted(request, decision)
-    if len(args) > first and _is_device_arg(args[first]):
-        request = args[first]
-        decision, device = rt.place(request, func, method=method)
-        wanted = _wanted(request, decision)
-        return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
-    return args, kwargs, None
-
-
-def tensor_to(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.to``: rewrite the device; keep the device's identity and copy semantics.
-
-    A transfer to where the tensor already stands returns it; one between host and
-    device gives an independent copy, even where both land on one real device
-    (:mod:`torchdevice.transfers`).
-    """
-    source = args[0]
-    args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 1)
-    if rt.float64_device is not None:
-        args, kwargs = _to_dtype_rule(rt, func, args, kwargs)
-    result = func(*args, **kwargs)
-    return result if wanted is None else moved(source, result, wanted)
-
-
-def _to_dtype_rule(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``Tensor.to`` landing float64 on MPS: normalise the arguments, narrow the dtype."""
-    tensor, *positional = args
-    # ``copy`` follows ``non_blocking`` in each form: .to(device, dtype, non_blocking, copy),
-    # .to(dtype, non_blocking, copy), .to(other, non_blocking, copy); _parse_to refuses it.
-    at = 3 if positional and _is_device_arg(positional[0]) else 2
-    copy = positional[at] if len(positional) > at else kwargs.get("copy", False)
-    rest = {k: v for k, v in kwargs.items() if k != "copy"}
-    with torch._C.DisableTorchFunction():  # parsing only: no mode needs to see it
-        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
-            *positional[:at], **rest
-        )
-    target = device if device is not None else tensor.device
-    wanted = dtype if dtype is not None else tensor.dtype
-    narrowed = _narrow_float64(rt, func, target, wanted)
-    if narrowed is wanted:
-        return args, kwargs
-    new_kwargs = {
-        "device": target,
-        "dtype": narrowed,
-        "non_blocking": non_blocking,
-        # a conversion natively, so a new tensor even where float32 is what it already is
-        "copy": copy or tensor.dtype != wanted,
-        "memory_format": memory_format if memory_format is not None else torch.preserve_format,
-    }
-    return (tensor,), new_kwargs
-
-
-def parse_to(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``torch._C._nn._parse_to``: how ``Module.to`` reads its arguments.
-
-    The device it returns is the one ``Module.to`` hands every parameter's ``.to()``,
-    and the one modules that remember their device read (Lightning's
-    ``DeviceDtypeModuleMixin``): the device as written, placed where each ``.to()`` uses
-    it (docs/policy.md, device objects). The ``"cpu:-1"`` override, which torch cannot
-    parse, gives the decided device, keeping what it stood for
-    (:func:`~torchdevice.transfers.device_object`).
-    """
-    request = kwargs.get("device", args[0] if args else None)
-    if request is READ_CPU:  # Module.to(t.device) of a tensor on the CPU: where t is
-        return (request, *func(*args, **kwargs)[1:])
-    if type(request) is int:
-        # torch reads an int as an index of the current accelerator (``simgpu:1`` or
-        # ``mps:1`` on an MPS host, an index past its one device); the policy reads it as
-        # CUDA code means it, a CUDA index (``model.to(rank)`` in DDP scripts).
-        request = _DEVICE("cuda", request)
-        if "device" in kwargs:
-            kwargs = {**kwargs, "device": request}
-        else:
-            args = (request, *args[1:])
-    written = args, kwargs
-    args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 0)
-    if type(request) is not _DEVICE or requested(request, None) is None:
-        try:  # a remembered object (Module.cuda's, below) is not as written: decided
-            return func(*written[0], **written[1])
-        except RuntimeError:  # "cpu:-1": only the decided device can say it
-            pass
-    device, *rest = func(*args, **kwargs)
-    if device is None:
-        return (device, *rest)
-    # Distinct even where the real device is what it stands for: its standing then
-    # travels to every tensor's .to() without being read off its type (which the policy
-    # may not know: a simulated accelerator's).
-    return (device_object(device, wanted, distinct=True), *rest)
-
-
-def _move(
-    rt: Runtime,
-    func: Callable[..., Any],
-    tensor: torch.Tensor,
-    request: object,
-    non_blocking: bool,
-    memory_format: torch.memory_format,
-) -> Any:
-    """``.cuda()``/``.cpu()`` as ``.to(device)``, with the device's copy semantics."""
-    decision, device = rt.place(request, func)
-    dtype = tensor.dtype
-    if rt.float64_device is not None:
-        dtype = _narrow_float64(rt, func, device, dtype)
-    result = tensor.to(device, dtype, non_blocking=non_blocking, memory_format=memory_format)
-    wanted = _wanted(request, decision)
-    return result if wanted is None else moved(tensor, result, wanted)
-
-
-def tensor_cuda(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.cuda(device=None, non_blocking=False, memory_format=...)``."""
-    tensor, *rest = args
-    device = rest[0] if rest else kwargs.get("device")
-    request: object = "cuda" if device is None else device
-    if (isinstance(request, str) and not request.startswith("cuda")) or (
-        isinstance(request, torch.device)
-        and request.type != "cuda"
-        and requested(request, None) != "device"  # torch.device("cuda") decided elsewhere
-    ):
-        return func(*args, **kwargs)  # torch rejects .cuda("cpu"); let it say so
-    non_blocking = rest[1] if len(rest) > 1 else kwargs.get("non_blocking", False)
-    memory_format = kwargs.get("memory_format", torch.preserve_format)
-    return _move(rt, func, tensor, request, non_blocking, memory_format)
-
-
-def tensor_cpu(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.cpu(memory_format=...)``: a CPU request like any other."""
-    memory_format = kwargs.get("memory_format", torch.preserve_format)
-    return _move(rt, func, args[0], "cpu", False, memory_format)
-
-
-def tensor_type(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.type("torch.cuda.FloatTensor")``: the dtype natively, the device redirected.
-
-    The legacy classes (``t.type(torch.cuda.FloatTensor)``, the real ones or the facade's
-    stand-ins) are read by their ``torch.cuda`` name.
-    """
-    dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
-    if isinstance(dtype, type) and getattr(dtype, "__module__", None) == "torch.cuda":
-        dtype = f"torch.cuda.{dtype.__name__}"
-    tensor = args[0]
-    non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
-    if not (isinstance(dtype, str) and dtype.startswith("torch.cuda.")):
-        if dtype is torch.float64 and tensor.device.type == rt.float64_device:
-            return _converted(rt, func, tensor)  # .type(torch.float64) on MPS
-        return func(*args, **kwargs)
-    decision, device = rt.place("cuda", func)
-    if decision.action == "unchanged":
-        return func(*args, **kwargs)
-    cast = func(tensor, "torch." + dtype[len("torch.cuda.") :], non_blocking)
-    narrowed = cast.dtype
-    if rt.float64_device is not None:
-        narrowed = _narrow_float64(rt, func, device, narrowed)
-    result = cast.to(device, narrowed, non_blocking=non_blocking)
-    return moved(tensor, result, "device")
-
-
-def _converted(
-    rt: Runtime,
-    func: Callable[..., Any],
-    tensor: torch.Tensor,
-    memory_format: torch.memory_format = torch.preserve_format,
-) -> torch.Tensor:
-    """A conversion to float64 of a tensor on the MPS device: float32 under the dtype rule,
-    and a new tensor, as the native conversion gives, even where float32 is what it is."""
-    dtype = _narrow_float64(rt, func, tensor.device, torch.float64)
-    return tensor.to(dtype, copy=True, memory_format=memory_format)
-
-
-def tensor_double(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.double()`` of a tensor on the MPS device (MPS hosts only): the dtype rule,
-    as for ``.to(torch.float64)``."""
-    tensor = args[0]
-    if tensor.device.type != rt.float64_device or tensor.dtype is torch.float64:
-        return func(*args, **kwargs)
-    return _converted(rt, func, tensor, kwargs.get("memory_format", torch.preserve_format))
-
-
-def float64_argument(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``dtype=torch.float64`` reaching the MPS device through an op's own dtype argument
-    (``x.sum(dtype=torch.float64)``, ``F.softmax(x, dim, dtype=torch.float64)``, MPS hosts
-    only): the dtype rule, logged at the call."""
-    if kwargs.get("dtype") is torch.float64 and rt.float64_device is not None:
-        tensor = args[0] if args else kwargs.get("input")
-        if isinstance(tensor, torch.Tensor) and tensor.device.type == rt.float64_device:
-            kwargs["dtype"] = _narrow_float64(rt, func, tensor.device, torch.float64)
-    return func(*args, **kwargs)
 
 
 #: Ops that take ``dtype=`` without being factories or conversions read by the rules above
@@ -631,158 +197,3 @@ def _dtype_argument_functions() -> list[Callable[..., Any]]:
         ):
             found[id(function)] = function
     return list(found.values())
-
-
-def device_ctor(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``torch.device(...)`` itself: the device as written; accepts ``"cpu:-1"``.
-
-    The rule (docs/policy.md, device objects): a device object reads what the code
-    wrote, ``torch.device("cuda")`` is of type ``"cuda"``, and is placed where it is used
-    (factories, ``.to()``, ``Module.to``, ``torch.load``...), as the string ``"cuda"`` is.
-    Libraries that check the device they built against the accelerator they chose
-    (Lightning's ``device.type != "cuda"``, Accelerate's fp16 branch on
-    ``device.type == "cuda"``) take their GPU path. The request is still decided here:
-    a malformed one raises as torch would, and the redirect is reported at this line,
-    the one to port. ``"cpu:-1"``, which torch cannot parse, gives the decided CPU device.
-    """
-    request: object
-    params = list(args)
-    if kwargs:  # torch.device(type="cuda", index=0), torch.device("cuda", index=0)
-        if set(kwargs) - {"type", "index"} or ("type" in kwargs and params):
-            return func(*args, **kwargs)  # not a form torch accepts: let torch say so
-        if "type" in kwargs:
-            params.append(kwargs["type"])
-        if "index" in kwargs:
-            if len(params) != 1:
-                return func(*args, **kwargs)
-            params.append(kwargs["index"])
-    if len(params) not in (1, 2):
-        return func(*args, **kwargs)
-    if len(params) == 2:
-        type_, index = params
-        if not (isinstance(type_, str) and ":" not in type_ and isinstance(index, int)):
-            return func(*args, **kwargs)
-        # torch.device("cpu", -1) is torch's "no index", not the override.
-        request = type_ if index < 0 else f"{type_}:{index}"
-    else:
-        request = params[0]
-        if isinstance(request, torch.device) and request.type not in GOVERNED_TYPES:
-            return request
-    # torch building its own device object (GradScaler.unscale_, autocast...): apply the
-    # policy, but it is no line of the user's to port, so it is not reported. Placed once:
-    # deciding "cpu:-1" toggles the override.
-    maker = callsite.entered(device_ctor)
-    ours = maker is None or not callsite.is_internal(maker.f_code)
-    decision, device = rt.place(request, func, report=ours)
-    if decision.toggle_override:
-        return device_object(device, decision.standing)
-    if isinstance(request, torch.device):
-        return request
-    written = decision.requested
-    if isinstance(request, int) and written is not None:  # torch reads an int as the
-        return func(written.type, written.index)  # current accelerator's: here CUDA's
-    return func(*args, **kwargs)
-
-
-def tensor_device(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.device`` on accelerator hosts: a tensor really on the CPU reads
-    :data:`~torchdevice.transfers.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
-    is, as natively, instead of on the accelerator an explicit ``"cpu"`` is sent to."""
-    device = func(*args)
-    if device.type == "cpu" and not _is_tracing():
-        return READ_CPU
-    return device
-
-
-def tensor_numpy(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.numpy()`` reads the host copy of an accelerator tensor."""
-    tensor = args[0]
-    if tensor.is_cpu:
-        return func(*args, **kwargs)
-    return func(tensor.cpu(), *args[1:], **kwargs)
-
-
-def pin_memory(
-    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """``Tensor.pin_memory()``: pinning is a host-to-device transfer optimisation.
-
-    A tensor already on the accelerator (a redirected factory put it there; DataLoader's
-    pin-memory thread pins whatever the dataset returns) is returned as is, ready for the
-    transfer it was being prepared for; natively, pinning it would raise. Without CUDA
-    there is no pinned memory: a CPU tensor the user's code pins gets an ordinary copy, as
-    a pinned one would be. Torch's own pinning (the DataLoader's pin-memory thread, every
-    batch) gets the tensor itself: the batch is fresh and nothing else holds it, so that
-    copy bought nothing and cost the DataLoader workload about 7 % (issue 27).
-    """
-    tensor = args[0]
-    if not tensor.is_cpu:
-        return tensor
-    if pins(rt.host, "cpu"):
-        return func(*args, **kwargs)
-    maker = callsite.entered(pin_memory)
-    if maker is not None and callsite.is_internal(maker.f_code):
-        return tensor
-    _note_pin(rt, "Tensor.pin_memory", "cuda", "cpu")
-    return tensor.clone()
-
-
-_EXPLICIT_FACTORIES = (
-    "empty_like",
-    "zeros_like",
-    "ones_like",
-    "full_like",
-    "rand_like",
-    "randn_like",
-    "randint_like",
-)
-_NEW_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
-
-
-def _factories() -> set[Callable[..., Any]]:
-    """The constructors ``torch/utils/_device.py`` redirects, built lazily like there."""
-    from torch.utils._device import _device_constructors  # noqa: PLC0415
-
-    return set(_device_constructors())
-
-
-def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
-    """Every intercepted function for ``host``, mapped to its handler.
-
-    Host-dependent entries are left out where they cannot matter (``.numpy()`` of a tensor
-    on the CPU needs no help), so the mode's fast path stays a single dict miss.
-    """
-    table: dict[Callable[..., Any], Handler] = dict.fromkeys(_factories(), factory)
-    for name in _EXPLICIT_FACTORIES:
-        table[getattr(torch, name)] = explicit_factory
-    for name in _NEW_METHODS:
-        table[getattr(torch.Tensor, name)] = explicit_factory
-    table[torch.Tensor.to] = tensor_to
-    table[torch._C._nn._parse_to] = parse_to
-    table[torch.Tensor.cuda] = tensor_cuda
-    table[torch.Tensor.cpu] = tensor_cpu
-    table[torch.Tensor.type] = tensor_type
-    table[torch.device] = device_ctor
-    table[torch.Tensor.pin_memory] = pin_memory
-    for name in _CONSTRUCTOR_OVERLOADS:
-        table[getattr(torch, name)] = constructor_overload
-    if host.accelerator is not None:
-        table[torch.Tensor.numpy] = tensor_numpy
-        table[torch._C.TensorBase.device.__get__] = tensor_device
-        for name in _GENERATOR_OPS:
-            table[getattr(torch.Tensor, name)] = generator_bound
-        for name in _GENERATOR_FUNCTIONS:
-            table[getattr(torch, name)] = generator_bound
-        for function in _initializers():
-            table[function] = generator_bound
-    if not has_float64(host):
-        table[torch.Tensor.double] = tensor_double
-        for function in _dtype_argument_functions():
-            table.setdefault(function, float64_argument)
-    return table

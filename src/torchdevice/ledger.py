@@ -12,7 +12,7 @@ facade's group here too.
 Each change belongs to a *group* (a short name such as ``"cuda facade"``), which is what
 installers ask about (:func:`has`) to stay idempotent. The test suite's pristine check
 reads :func:`changes`: a change recorded and never undone shows up there. Each installer
-also declares the :class:`Place` objects it changes (``torchdevice.patches.INSTALL_ORDER``),
+also declares the :class:`Spot` objects it changes (``torchdevice.patches.INSTALL_ORDER``),
 described as its changes are here, so the pristine check reads every one of them back.
 
 This module imports nothing from torchdevice: every layer may record through it.
@@ -29,13 +29,13 @@ from typing import Any, Final
 __all__ = [
     "ABSENT",
     "Change",
-    "Place",
-    "attr_place",
+    "Spot",
+    "attr_spot",
     "changes",
-    "env_place",
+    "env_spot",
     "has",
     "hook",
-    "item_place",
+    "item_spot",
     "set_attr",
     "set_env",
     "set_item",
@@ -65,10 +65,11 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
-class Place:
-    """Something an installer changes: ``what`` as its :class:`Change` says, and ``read``,
+class Spot:
+    """A spot an installer changes: ``what`` as its :class:`Change` says, and ``read``,
     which returns what is there now (``None``: nothing outside torchdevice to read back,
-    the ledger is the only record)."""
+    the ledger is the only record). ("Place" is the runtime's word for deciding where a
+    device request goes: :meth:`torchdevice.runtime.Runtime.place`.)"""
 
     what: str
     read: Callable[[], object] | None
@@ -82,24 +83,24 @@ def _describe(owner: object) -> str:
     return str(getattr(owner, "__qualname__", None) or getattr(owner, "__name__", None) or owner)
 
 
-def attr_place(owner: object, name: str) -> Place:
-    """The place :func:`set_attr` changes: ``owner.name`` in the owner's own ``__dict__``."""
+def attr_spot(owner: object, name: str) -> Spot:
+    """The spot :func:`set_attr` changes: ``owner.name`` in the owner's own ``__dict__``."""
 
     def read() -> object:
         namespace = getattr(owner, "__dict__", None)
         return namespace.get(name, ABSENT) if namespace is not None else getattr(owner, name)
 
-    return Place(f"{_describe(owner)}.{name}", read)
+    return Spot(f"{_describe(owner)}.{name}", read)
 
 
-def item_place(mapping: MutableMapping[str, Any], key: str) -> Place:
-    """The place :func:`set_item` changes: ``mapping[key]``."""
-    return Place(f"[{key!r}]", lambda: mapping.get(key, ABSENT))
+def item_spot(mapping: MutableMapping[str, Any], key: str) -> Spot:
+    """The spot :func:`set_item` changes: ``mapping[key]``."""
+    return Spot(f"[{key!r}]", lambda: mapping.get(key, ABSENT))
 
 
-def env_place(name: str) -> Place:
-    """The place :func:`set_env` changes: the environment variable ``name``."""
-    return Place(f"${name}", lambda: os.environ.get(name))
+def env_spot(name: str) -> Spot:
+    """The spot :func:`set_env` changes: the environment variable ``name``."""
+    return Spot(f"${name}", lambda: os.environ.get(name))
 
 
 def set_attr(group: str, owner: object, name: str, value: Any) -> None:

@@ -40,8 +40,6 @@ __all__ = ["DeviceMode", "is_on_stack", "push", "remove", "remove_all"]
 
 _EMPTY: Mapping[Callable[..., Any], Handler] = {}
 
-_is_tracing = is_tracing
-
 
 class DeviceMode(TorchFunctionMode):
     """Rewrites the device of every call in its table; passes everything else through."""
@@ -72,7 +70,7 @@ class DeviceMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if _is_tracing():  # dynamo: no guard per table key (see traced_slot)
+        if is_tracing():  # dynamo: no guard per table key (see traced_slot)
             runtime = self.runtime
             slot = traced_slot(runtime.serial, self.live, func)
             handler = None if slot < 0 else runtime.handlers[slot]

@@ -6,10 +6,11 @@ dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 ``torch.device`` objects once, and records redirects against the user's call site.
 
 Every request is placed on one path: :meth:`Runtime.place` (decide, count the redirect at
-the user's line, return the device) over :meth:`Runtime.resolve` (the toggle) over
-:meth:`Runtime.lookup` (the one read of the decision cache). While dynamo traces, none of
-that is traced: decisions reach the graph as constants computed at trace time by
-:mod:`torchdevice.compiling`, which reads the same cache through :meth:`Runtime.lookup`.
+the user's line, return the device and what the request stands for) over
+:meth:`Runtime.resolve` (the toggle) over :meth:`Runtime.lookup` (the one read of the
+decision cache). While dynamo traces, none of that is traced: decisions reach the graph as
+constants computed at trace time by :mod:`torchdevice.compiling`, which reads the same
+cache through :meth:`Runtime.lookup`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchdevice import callsite, compiling
-from torchdevice.compiling import Resolved, _compiler
+from torchdevice.compiling import Resolved, compiler, is_compiling, is_tracing
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
-from torchdevice.policy import Decision, DeviceSpec, PolicyState, decide, has_float64
+from torchdevice.policy import Decision, DeviceSpec, PolicyState, Standing, decide, has_float64
+from torchdevice.policy import pins as pins_rule
 from torchdevice.reporting import EventKind, MigrationReport
-from torchdevice.reporting.recorder import Recorder
-from torchdevice.transfers import READ_CPU
+from torchdevice.reporting.recorder import Recorder, api_name
+from torchdevice.standing import READ_CPU, requested
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from types import FrameType
@@ -39,13 +41,8 @@ if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable
 
 __all__ = ["Resolved", "Runtime", "active", "set_active"]
 
-_is_compiling = compiling.is_compiling
-_is_tracing = compiling.is_tracing
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE = torch.device
-
-#: A cached resolution: the decision, its torch.device, and how the report counts it
-#: (``None``: not at all). What the request stands for is ``decision.standing``.
 
 
 class Runtime:
@@ -147,7 +144,7 @@ class Runtime:
         While dynamo traces, the answer is a constant of the graph instead
         (:func:`~torchdevice.compiling.resolve_traced`).
         """
-        if _is_tracing():
+        if is_tracing():
             return compiling.resolve_traced(self, request)
         resolved = self.lookup(request)
         if resolved[0].toggle_override:
@@ -204,7 +201,7 @@ class Runtime:
         The CPU is ``torch.device("cpu")`` without an index: that is what CPU tensors
         report as their device, and what ``torch.load`` restore locations understand.
         """
-        if _is_tracing():
+        if is_tracing():
             return compiling.traced_device(self, spec)
         device = self._devices.get(spec)
         if device is None:
@@ -228,36 +225,82 @@ class Runtime:
         api: str | Callable[..., Any],
         report: bool = True,
         method: str | None = None,
-    ) -> tuple[Decision, torch.device]:
-        """Where ``request`` goes: the decision and its device, reported when it moved.
+        where: Callable[[], FrameType | None] | None = None,
+    ) -> tuple[Decision, torch.device, Standing | None]:
+        """Where ``request`` goes: the decision, its device and what the request stands
+        for (``None`` while torch compiles: marks are for eager tensors), reported when it
+        moved.
 
-        The one placement path of every intercept and wrapper: resolve (one cached
+        The one placement path of every intercept, wrapper and kernel: resolve (one cached
         lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
         torch compiles, nor with ``report=False`` for torch's own calls), and return the
-        ``torch.device`` to use. ``api`` names the call in the report, and the path from
-        the mode to here (:func:`~torchdevice.callsite.caller`). ``report`` and ``method``
-        are not keyword-only: Python 3.11 specialises calls of functions without
-        keyword-only parameters (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of
-        every redirect. ``method`` names the
-        ``Module`` method the request came through (``"cuda"``, ``"to"``): overrides of it
-        that call ``super()`` are skipped, so the row lands where the user called it
-        (:func:`~torchdevice.callsite.past_overrides`).
+        ``torch.device`` to use. The compile check is asked here only: callers read the
+        standing (:func:`~torchdevice.standing.requested`: a remembered device object's,
+        else its parsed value's) instead of asking again. ``api`` names the call in the
+        report, and the path from the mode to here (:func:`~torchdevice.callsite.caller`).
+        ``report``, ``method`` and ``where`` are not keyword-only: Python 3.11 specialises
+        calls of functions without keyword-only parameters (``CALL_PY_WITH_DEFAULTS``),
+        and this is the hot path of every redirect. ``method`` names the ``Module`` method
+        the request came through (``"cuda"``, ``"to"``): overrides of it that call
+        ``super()`` are skipped, so the row lands where the user called it
+        (:func:`~torchdevice.callsite.past_overrides`). ``where`` finds the user's frame
+        instead, for a caller that is not below the mode or a wrapper (the dispatcher's
+        kernels of :mod:`torchdevice.patches.net`); it runs only when there is a row.
         """
-        if _is_tracing() or _compiler._is_compiling_flag:  # compiling: nothing recorded
+        if is_tracing() or compiler._is_compiling_flag:  # compiling: nothing recorded
             decision, device, _ = self.resolve(request)
-            return decision, device
+            return decision, device, None
         # resolve(), less its compile check: this is the hot path of every redirect.
         decision, device, kind = self.lookup(request)
         if decision.toggle_override:
             self.set_cpu_override(not self._state.cpu_override)
-        # A device object was reported where it was made (``torch.device(...)``): its
-        # uses (``x.to(device)``) are no lines to port.
-        if kind is not None and report and type(request) is not _DEVICE:
-            frame = callsite.caller(api)
-            if method is not None:
-                frame = callsite.past_overrides(frame, method)
+        standing = decision.standing
+        if type(request) is _DEVICE:
+            # It may stand for another side than its type says (a remembered object:
+            # standing.device_object).
+            standing = requested(request, standing)
+            if where is None:
+                # Reported where it was made (``torch.device(...)``): its uses
+                # (``x.to(device)``) are no lines to port. A kernel's device (``where``)
+                # is the request as torch parsed it from the user's call: reported.
+                return decision, device, standing
+        if kind is not None and report:
+            if where is not None:
+                frame = where()
+            else:
+                frame = callsite.caller(api)
+                if method is not None:
+                    frame = callsite.past_overrides(frame, method)
             self.recorder.hit(frame, api, decision, kind)
-        return decision, device
+        return decision, device, standing
+
+    def pins(self, device_type: str | None) -> bool:
+        """Whether ``pin_memory=True`` can mean anything on this host for a tensor on
+        ``device_type`` (``None``: not known yet): the pin-memory rule
+        (:func:`torchdevice.policy.pins`)."""
+        return pins_rule(self.host, device_type)
+
+    def narrow_float64(
+        self, api: str | Callable[..., Any], device: torch.device | None, dtype: Any
+    ) -> Any:
+        """The dtype rule (docs/fallback.md): MPS has no float64, so float64 there is
+        float32; any other ``dtype`` (and float64 elsewhere) is returned as is.
+
+        The one copy of the rule, for the function mode's handlers and the dispatcher's
+        kernels alike. Logged and reported once per call site as a ``dtype`` event
+        (``api`` names the call: a string, or the torch function). Only explicit float64
+        requests and float64 data are narrowed; a float64 *default* dtype is left to torch.
+        """
+        if dtype is torch.float64 and device is not None and device.type == self.float64_device:
+            self.note_event(
+                "dtype",
+                api if isinstance(api, str) else api_name(api),
+                f"{device}, float64",
+                f"{device}, float32",
+                "MPS has no float64: float32 on the device",
+            )
+            return torch.float32
+        return dtype
 
     def note_device_api(self, api: str, frame: FrameType) -> None:
         """Count a call of a device's own module (``torch.cuda.synchronize``...) that a
@@ -287,7 +330,7 @@ class Runtime:
         self, kind: EventKind, api: str, requested: str, decided: str, reason: str
     ) -> None:
         """Record an event that is not a policy decision (a fallback, a dtype rule)."""
-        if _is_compiling():
+        if is_compiling():
             return
         site = callsite.site_of(callsite.user_frame(1))
         self.recorder.record(site, kind, api, requested, decided, reason)

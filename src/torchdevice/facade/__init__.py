@@ -46,7 +46,7 @@ import types
 from typing import Any
 
 from torchdevice import compiling, ledger
-from torchdevice.facade import accelerator, cuda, modules, mps, real_device
+from torchdevice.facade import accelerator, cuda, devices, modules, mps, real_device
 from torchdevice.facade.cuda import (
     _ORIGINAL_GET_DEVICE_MODULE,
     _clear_device_module_cache,
@@ -56,7 +56,7 @@ from torchdevice.facade.cuda import (
 from torchdevice.facade.modules import FacadeModule
 from torchdevice.runtime import active
 
-__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed", "places"]
+__all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed", "spots"]
 
 _REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
 
@@ -111,8 +111,11 @@ def _repair(modules_before: set[str]) -> None:
     """After the facades left: repair what torch imported while they were in place.
 
     Torch modules imported meanwhile get the real objects back in the tables they built at
-    import; dynamo's cached trace rules are rebuilt lazily. The ledger runs this last.
+    import; dynamo's cached trace rules are rebuilt lazily; torch's bindings forget the
+    CUDA initialisation the facade answered (:func:`~torchdevice.facade.devices.forget_lazy_init`).
+    The ledger runs this last.
     """
+    devices.forget_lazy_init()
     mapping: dict[int, Any] = {id(get_device_module): _ORIGINAL_GET_DEVICE_MODULE}
     for module in _placed:
         mapping.update(modules.facade_objects(module))
@@ -145,11 +148,11 @@ def installed() -> bool:
     return sys.modules.get("torch.cuda") is not _REAL_CUDA
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` may change on some host, for the pristine check."""
     return (
-        ledger.Place("torch modules imported under a facade", None),
-        *cuda.places(),
-        *mps.places(),
-        *accelerator.places(),
+        ledger.Spot("torch modules imported under a facade", None),
+        *cuda.spots(),
+        *mps.spots(),
+        *accelerator.spots(),
     )

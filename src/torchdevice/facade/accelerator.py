@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from torchdevice import ledger
+from torchdevice.compiling import is_compiling
 from torchdevice.facade import devices, memory, modules, mps, streams
 from torchdevice.facade.modules import FacadeModule
 
-__all__ = ["GROUP", "current_accelerator", "install", "is_available", "places"]
+__all__ = ["GROUP", "current_accelerator", "install", "is_available", "spots"]
 
 REAL_ACCELERATOR = torch.accelerator
 
@@ -88,7 +89,7 @@ def _real_while_compiling(name: str, answer: Callable[..., Any]) -> Callable[...
 
     @functools.wraps(answer)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return getattr(REAL_ACCELERATOR, name)(*args, **kwargs)
         return answer(*args, **kwargs)
 
@@ -127,13 +128,13 @@ def install() -> tuple[FacadeModule, ...]:
     if ledger.has(GROUP):
         return ()
     module = _build()
-    modules.place(GROUP, "torch.accelerator", module, torch, "accelerator")
+    modules.install_module(GROUP, "torch.accelerator", module, torch, "accelerator")
     return (module,)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
     return (
-        ledger.attr_place(torch, "accelerator"),
-        ledger.item_place(sys.modules, "torch.accelerator"),
+        ledger.attr_spot(torch, "accelerator"),
+        ledger.item_spot(sys.modules, "torch.accelerator"),
     )

@@ -31,10 +31,10 @@ from torchdevice.facade import (
     real_device,
     streams,
 )
+from torchdevice.facade.call_counts import reported_namespace
 from torchdevice.facade.modules import FacadeModule
-from torchdevice.facade.reporting import reported_namespace
 
-__all__ = ["GROUP", "SUBMODULES", "build_cuda_facade", "get_device_module", "install", "places"]
+__all__ = ["GROUP", "SUBMODULES", "build_cuda_facade", "get_device_module", "install", "spots"]
 
 _REAL_CUDA: types.ModuleType = real_device.REAL_CUDA
 
@@ -234,18 +234,18 @@ def install() -> tuple[FacadeModule, ...]:
     if ledger.has(GROUP):
         return ()
     cuda, subs = build_cuda_facade()
-    modules.place(GROUP, "torch.cuda", cuda, torch, "cuda")
+    modules.install_module(GROUP, "torch.cuda", cuda, torch, "cuda")
     ledger.set_attr(GROUP, torch, "get_device_module", get_device_module)
     for key, module in subs.items():
-        modules.place(GROUP, key, module)
+        modules.install_module(GROUP, key, module)
     return (cuda, *subs.values())
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
     return (
-        ledger.attr_place(torch, "cuda"),
-        ledger.item_place(sys.modules, "torch.cuda"),
-        ledger.attr_place(torch, "get_device_module"),
-        *(ledger.item_place(sys.modules, f"torch.cuda.{name}") for name in SUBMODULES),
+        ledger.attr_spot(torch, "cuda"),
+        ledger.item_spot(sys.modules, "torch.cuda"),
+        ledger.attr_spot(torch, "get_device_module"),
+        *(ledger.item_spot(sys.modules, f"torch.cuda.{name}") for name in SUBMODULES),
     )

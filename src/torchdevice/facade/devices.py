@@ -14,17 +14,19 @@ multi-GPU and NCCL when CUDA is available.
 
 from __future__ import annotations
 
+import ctypes
 import sys
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 import torch
 
-from torchdevice.compiling import constant_for_dynamo
+from torchdevice.compiling import constant_for_dynamo, is_tracing
 from torchdevice.errors import UnsupportedFeatureError
-from torchdevice.facade import real_device, reporting
+from torchdevice.facade import call_counts, real_device
 from torchdevice.facade.properties import DeviceProperties, properties_of
-from torchdevice.transfers import host_memory
+from torchdevice.standing import host_memory
 
 __all__ = [
     "device",
@@ -62,7 +64,7 @@ def asked_by_compiler(depth: int = 2) -> bool:
     must see the truth. Dynamo's constant folding of user code is not inductor: it sees
     what the user sees, so compiled and eager code branch alike.
     """
-    if torch.compiler.is_dynamo_compiling():  # dynamo tracing user code: never its frames
+    if is_tracing():  # dynamo tracing user code: never its frames
         return False
     frame: FrameType | None = sys._getframe(depth)
     caller: object = ""
@@ -93,7 +95,44 @@ def init() -> None:
 
 
 def _lazy_init() -> None:
-    """torch's own lazy-CUDA-init hook: nothing to do on the real device."""
+    """torch's own lazy-CUDA-init hook: nothing to do on the real device.
+
+    Torch's Python bindings call it (through ``sys.modules["torch.cuda"]``) before a CUDA
+    request that reaches them with function modes off, and then remember CUDA as
+    initialised; :func:`forget_lazy_init` takes that back on disable.
+    """
+
+
+#: torch::utils::set_requires_device_init(c10::DeviceType, bool), exported by
+#: libtorch_python (Itanium mangling: Linux and macOS); torch calls it in a forked child.
+_SET_REQUIRES_DEVICE_INIT = "_ZN5torch5utils24set_requires_device_initEN3c1010DeviceTypeEb"
+_CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA
+
+
+def forget_lazy_init() -> bool:
+    """Tell torch's bindings that CUDA needs its lazy init again (on disable).
+
+    Once the facade's :func:`_lazy_init` has answered, torch skips the real one for the rest
+    of the process, so a native CUDA request after ``disable()`` would fail in the
+    dispatcher (``NotImplementedError: Could not run 'aten::empty.memory_format' with
+    arguments from the 'CUDA' backend``) instead of torch's own check (``AssertionError:
+    Torch not compiled with CUDA enabled``, or the real initialisation on a CUDA build).
+    Torch has no Python binding for this; its C++ one is the call it makes in a forked
+    child, found by name in libtorch_python. Where it is not there, returns False and the
+    trace stays (docs/limitations.md). Harmless when CUDA really is initialised: the real
+    ``torch.cuda._lazy_init`` returns at once.
+    """
+    library = next(iter(Path(torch.__file__).parent.glob("lib/libtorch_python.*")), None)
+    if library is None:
+        return False
+    try:
+        reset = getattr(ctypes.CDLL(str(library)), _SET_REQUIRES_DEVICE_INIT)
+    except (OSError, AttributeError):
+        return False
+    reset.argtypes = [ctypes.c_int8, ctypes.c_bool]
+    reset.restype = None
+    reset(_CUDA_DEVICE_TYPE, True)
+    return True
 
 
 def device_count() -> int:
@@ -132,7 +171,7 @@ class device:
 
     def __init__(self, device: Any) -> None:
         if type(self) is __class__:  # type: ignore[name-defined]  # device_of is not this call
-            reporting.count_call("torch.cuda.device")  # a line to port, as the functions are
+            call_counts.count_call("torch.cuda.device")  # a line to port, as the functions are
         self.idx = real_device.checked(device)
         self.prev_idx = -1
 

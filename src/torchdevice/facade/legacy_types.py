@@ -50,7 +50,7 @@ class LegacyTensorType(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> torch.Tensor:
         rt = real_device.runtime()
-        _, device = rt.place("cuda", f"torch.cuda.{cls.__name__}")
+        _, device, _ = rt.place("cuda", f"torch.cuda.{cls.__name__}")
         cpu_type = getattr(torch, cls.__name__)  # the CPU legacy class of the same name
         with torch._C.DisableTorchFunction():  # the mode must not re-place our own moves
             tensor = cpu_type(*args, **kwargs)

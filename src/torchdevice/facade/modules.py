@@ -20,7 +20,7 @@ from typing import Any
 
 from torchdevice import ledger
 
-__all__ = ["FacadeModule", "facade_objects", "place", "rebind_imported"]
+__all__ = ["FacadeModule", "facade_objects", "install_module", "rebind_imported"]
 
 _MISSING: Any = object()
 
@@ -82,7 +82,7 @@ def facade_objects(module: FacadeModule) -> dict[int, Any]:
     return mapping
 
 
-def place(
+def install_module(
     group: str,
     key: str,
     module: types.ModuleType,

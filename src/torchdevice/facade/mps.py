@@ -28,19 +28,19 @@ import torch
 
 from torchdevice import ledger
 from torchdevice.facade import (
+    call_counts,
     device_only,
     devices,
     memory,
     modules,
     real_device,
-    reporting,
     streams,
 )
+from torchdevice.facade.call_counts import reported_namespace
 from torchdevice.facade.modules import FacadeModule
-from torchdevice.facade.reporting import reported_namespace
 from torchdevice.facade.streams import Event as _Event
 
-__all__ = ["GROUP", "Event", "install", "installed", "places", "written_for"]
+__all__ = ["GROUP", "Event", "install", "installed", "spots", "written_for"]
 
 REAL_MPS = real_device.REAL_MPS
 REAL_BACKENDS_MPS = real_device.REAL_BACKENDS_MPS
@@ -170,7 +170,7 @@ class Event(_Event):
     """``torch.mps.Event``: a real event of the device "mps" requests land on."""
 
     def __init__(self, enable_timing: bool = False) -> None:
-        reporting.count_call("torch.mps.Event")
+        call_counts.count_call("torch.mps.Event")
         super().__init__(enable_timing=enable_timing)
 
     def __repr__(self) -> str:
@@ -272,10 +272,10 @@ def install() -> tuple[FacadeModule, ...]:
     if ledger.has(GROUP):
         return ()
     mps, event, profiler, backends = placed = _build()
-    modules.place(GROUP, "torch.mps", mps, torch, "mps")
-    modules.place(GROUP, "torch.mps.event", event)
-    modules.place(GROUP, "torch.mps.profiler", profiler)
-    modules.place(GROUP, "torch.backends.mps", backends, torch.backends, "mps")
+    modules.install_module(GROUP, "torch.mps", mps, torch, "mps")
+    modules.install_module(GROUP, "torch.mps.event", event)
+    modules.install_module(GROUP, "torch.mps.profiler", profiler)
+    modules.install_module(GROUP, "torch.backends.mps", backends, torch.backends, "mps")
     return placed
 
 
@@ -284,13 +284,13 @@ def installed() -> bool:
     return isinstance(torch.mps, FacadeModule)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
     return (
-        ledger.attr_place(torch, "mps"),
-        ledger.item_place(sys.modules, "torch.mps"),
-        ledger.item_place(sys.modules, "torch.mps.event"),
-        ledger.item_place(sys.modules, "torch.mps.profiler"),
-        ledger.attr_place(torch.backends, "mps"),
-        ledger.item_place(sys.modules, "torch.backends.mps"),
+        ledger.attr_spot(torch, "mps"),
+        ledger.item_spot(sys.modules, "torch.mps"),
+        ledger.item_spot(sys.modules, "torch.mps.event"),
+        ledger.item_spot(sys.modules, "torch.mps.profiler"),
+        ledger.attr_spot(torch.backends, "mps"),
+        ledger.item_spot(sys.modules, "torch.backends.mps"),
     )

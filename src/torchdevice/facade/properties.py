@@ -96,20 +96,10 @@ def properties_of(device: RealDevice, name: str) -> DeviceProperties:
     """The properties of ``device``, reported under the host's device ``name``."""
     if device.type == "cpu":
         threads, l2, clock = _cpu_static()
-        return DeviceProperties(
-            name=name,
-            major=0,
-            minor=0,
-            total_memory=device.total_memory(),
-            multi_processor_count=device.processor_count(),
-            is_integrated=1,
-            is_multi_gpu_board=0,
-            max_threads_per_multi_processor=threads,
-            L2_cache_size=l2,
-            warp_size=1,
-            clock_rate=clock,
-            real_type="cpu",
-        )
+        warp_size = 1
+    else:
+        threads, l2, clock = 0, 0, 0
+        warp_size = 32
     return DeviceProperties(
         name=name,
         major=0,
@@ -118,9 +108,9 @@ def properties_of(device: RealDevice, name: str) -> DeviceProperties:
         multi_processor_count=device.processor_count(),
         is_integrated=1,
         is_multi_gpu_board=0,
-        max_threads_per_multi_processor=0,
-        L2_cache_size=0,
-        warp_size=32,
-        clock_rate=0,
+        max_threads_per_multi_processor=threads,
+        L2_cache_size=l2,
+        warp_size=warp_size,
+        clock_rate=clock,
         real_type=device.type,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from torchdevice.errors import UnsupportedFeatureError
-from torchdevice.facade import memory, real_device, reporting
+from torchdevice.facade import call_counts, memory, real_device
 
 __all__ = [
     "Event",
@@ -55,7 +55,7 @@ class Event:
         interprocess: bool = False,
         external: bool = False,
     ) -> None:
-        reporting.count_call("torch.cuda.Event")
+        call_counts.count_call("torch.cuda.Event")
         if interprocess:
             raise UnsupportedFeatureError(
                 "torch.cuda.Event(interprocess=True) (CUDA IPC event handles)",
@@ -134,7 +134,7 @@ class Stream(torch.Stream):
     """
 
     def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
-        reporting.count_call("torch.cuda.Stream")
+        call_counts.count_call("torch.cuda.Stream")
         real_device.checked(device)
         real = real_device.current()
         return super().__new__(cls, device=real.type, priority=priority)

@@ -27,7 +27,7 @@ their code lives with what they serve, and they are entries of :data:`INSTALL_OR
 :data:`INSTALL_ORDER` is the list :mod:`torchdevice.activation` walks: every entry on the
 first activation, the entries that follow the host at each reconfiguration. Every change is
 recorded in the :mod:`~torchdevice.ledger`, which undoes them all on ``disable()``; each
-entry also lists the places it changes (:attr:`Patch.places`), which the test suite's
+entry also lists the spots it changes (:attr:`Patch.spots`), which the test suite's
 pristine check reads back after every test.
 """
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from torchdevice.reporting import MigrationReport
     from torchdevice.runtime import Runtime
 
-__all__ = ["ENV_GROUP", "INSTALL_ORDER", "Activation", "Patch", "install", "installed", "places"]
+__all__ = ["ENV_GROUP", "INSTALL_ORDER", "Activation", "Patch", "install", "installed", "spots"]
 
 #: Ledger group of the environment variables exported for child processes.
 ENV_GROUP: Final = "child environment"
@@ -84,20 +84,20 @@ class Patch:
     when: When
     #: Puts the changes in place (idempotent); ``None`` for ``"settings"`` entries.
     install: Callable[[Activation], None] | None
-    #: Every place it may change, on any host, described as the ledger describes it.
-    places: Callable[[], tuple[ledger.Place, ...]]
+    #: Every spot it may change, on any host, described as the ledger describes it.
+    spots: Callable[[], tuple[ledger.Spot, ...]]
 
 
 # -- the entries whose code lives elsewhere ------------------------------------------------
-def _log_places() -> tuple[ledger.Place, ...]:
+def _log_spots() -> tuple[ledger.Spot, ...]:
     return (
-        ledger.Place("the 'torchdevice' logger's level", lambda: logs.logger.level),
-        ledger.Place("a stderr handler", lambda: tuple(logs.logger.handlers)),
+        ledger.Spot("the 'torchdevice' logger's level", lambda: logs.logger.level),
+        ledger.Spot("a stderr handler", lambda: tuple(logs.logger.handlers)),
     )
 
 
-def _env_places() -> tuple[ledger.Place, ...]:
-    return tuple(ledger.env_place(name) for name in (ACTIVATE_VAR, *ENV_VARS))
+def _env_spots() -> tuple[ledger.Spot, ...]:
+    return tuple(ledger.env_spot(name) for name in (ACTIVATE_VAR, *ENV_VARS))
 
 
 def _uses_the_mode(activation: Activation) -> bool:
@@ -111,22 +111,22 @@ def _install_threads(activation: Activation) -> None:
         activation.enter_thread()
 
 
-def _thread_places() -> tuple[ledger.Place, ...]:
-    return (ledger.Place("threading.setprofile", threading.getprofile),)
+def _thread_spots() -> tuple[ledger.Spot, ...]:
+    return (ledger.Spot("threading.setprofile", threading.getprofile),)
 
 
-def _call_places() -> tuple[ledger.Place, ...]:
-    return tuple(ledger.attr_place(owner, name) for owner, name, _ in calls.REPLACEMENTS)
+def _call_spots() -> tuple[ledger.Spot, ...]:
+    return tuple(ledger.attr_spot(owner, name) for owner, name, _ in calls.REPLACEMENTS)
 
 
 def _install_attribution(_: Activation) -> None:
     warning_hooks.attribute_warnings()
 
 
-def _attribution_places() -> tuple[ledger.Place, ...]:
+def _attribution_spots() -> tuple[ledger.Spot, ...]:
     import warnings  # noqa: PLC0415 - only the pristine check asks
 
-    return (ledger.attr_place(warnings, "_showwarnmsg"),)
+    return (ledger.attr_spot(warnings, "_showwarnmsg"),)
 
 
 def _install_amp(_: Activation) -> None:
@@ -135,10 +135,10 @@ def _install_amp(_: Activation) -> None:
     amp.install()  # autocast and GradScaler on the real device type, every host
 
 
-def _amp_places() -> tuple[ledger.Place, ...]:
+def _amp_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice.patches import amp  # noqa: PLC0415 - keeps `import torchdevice` light
 
-    return amp.places()
+    return amp.spots()
 
 
 def _install_native_observer(activation: Activation) -> None:
@@ -149,10 +149,10 @@ def _install_native_observer(activation: Activation) -> None:
         ledger.undo(warning_hooks.NATIVE_GROUP)
 
 
-def _native_observer_places() -> tuple[ledger.Place, ...]:
+def _native_observer_spots() -> tuple[ledger.Spot, ...]:
     import warnings  # noqa: PLC0415 - only the pristine check asks
 
-    return (ledger.attr_place(warnings, "showwarning"),)
+    return (ledger.attr_spot(warnings, "showwarning"),)
 
 
 def _install_sharing(activation: Activation) -> None:
@@ -163,10 +163,10 @@ def _install_sharing(activation: Activation) -> None:
     sharing.install(None if accelerator is None else accelerator.type)
 
 
-def _sharing_places() -> tuple[ledger.Place, ...]:
+def _sharing_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice.patches import sharing  # noqa: PLC0415 - keeps `import torchdevice` light
 
-    return sharing.places()
+    return sharing.spots()
 
 
 def _install_facades(_: Activation) -> None:
@@ -175,10 +175,10 @@ def _install_facades(_: Activation) -> None:
     facade.install()  # per host: torch.cuda off CUDA, torch.mps off MPS
 
 
-def _facade_places() -> tuple[ledger.Place, ...]:
+def _facade_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice import facade  # noqa: PLC0415 - keeps `import torchdevice` light
 
-    return facade.places()
+    return facade.spots()
 
 
 def _install_entry_points(activation: Activation) -> None:
@@ -194,10 +194,10 @@ def _install_entry_points(activation: Activation) -> None:
         entry_points.warn_without_native_fallback(activation.runtime)
 
 
-def _entry_point_places() -> tuple[ledger.Place, ...]:
+def _entry_point_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice import entry_points  # noqa: PLC0415 - only the pristine check asks
 
-    return entry_points.places()
+    return entry_points.spots()
 
 
 def _install_net(_: Activation) -> None:
@@ -210,12 +210,12 @@ def _install_report_parts(activation: Activation) -> None:
     parts.start(activation.own_report)  # one report for the run's processes
 
 
-def _report_parts_places() -> tuple[ledger.Place, ...]:
+def _report_parts_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice.reporting import parts  # noqa: PLC0415 - keeps `import torchdevice` light
 
     return (
-        ledger.env_place(parts.ENV),
-        ledger.Place("the migration report parts' exit handler", None),
+        ledger.env_spot(parts.ENV),
+        ledger.Spot("the migration report parts' exit handler", None),
     )
 
 
@@ -233,12 +233,12 @@ def _install_distributed(_: Activation) -> None:
         distributed.install()
 
 
-def _distributed_places() -> tuple[ledger.Place, ...]:
+def _distributed_spots() -> tuple[ledger.Spot, ...]:
     if not _has_distributed():
         return ()
     from torchdevice.patches import distributed  # noqa: PLC0415 - keeps import light
 
-    return distributed.places()
+    return distributed.spots()
 
 
 def _install_data_parallel(_: Activation) -> None:
@@ -248,10 +248,10 @@ def _install_data_parallel(_: Activation) -> None:
     data_parallel.install()
 
 
-def _data_parallel_places() -> tuple[ledger.Place, ...]:
+def _data_parallel_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice.patches import data_parallel  # noqa: PLC0415 - keeps import light
 
-    return data_parallel.places()
+    return data_parallel.spots()
 
 
 def _install_data_loader(_: Activation) -> None:
@@ -261,61 +261,61 @@ def _install_data_loader(_: Activation) -> None:
     data_loader.install()
 
 
-def _data_loader_places() -> tuple[ledger.Place, ...]:
+def _data_loader_spots() -> tuple[ledger.Spot, ...]:
     from torchdevice.patches import data_loader  # noqa: PLC0415 - keeps import light
 
-    return data_loader.places()
+    return data_loader.spots()
 
 
 #: Every change torchdevice makes outside itself, in the order activation makes them.
 INSTALL_ORDER: Final[tuple[Patch, ...]] = (
-    Patch("the log level", (logs.GROUP, logs.LAUNCHER_GROUP), "settings", None, _log_places),
-    Patch("variables for child processes", (ENV_GROUP,), "settings", None, _env_places),
-    Patch("thread hooks", (threads.GROUP,), "first", _install_threads, _thread_places),
-    Patch("torch call wrappers", (calls.GROUP,), "first", lambda _: calls.install(), _call_places),
+    Patch("the log level", (logs.GROUP, logs.LAUNCHER_GROUP), "settings", None, _log_spots),
+    Patch("variables for child processes", (ENV_GROUP,), "settings", None, _env_spots),
+    Patch("thread hooks", (threads.GROUP,), "first", _install_threads, _thread_spots),
+    Patch("torch call wrappers", (calls.GROUP,), "first", lambda _: calls.install(), _call_spots),
     Patch(
         "warnings at the user's line",
         (warning_hooks.ATTRIBUTE_GROUP,),
         "first",
         _install_attribution,
-        _attribution_places,
+        _attribution_spots,
     ),
-    Patch("autocast rewrite", ("autocast rewrite",), "first", _install_amp, _amp_places),
+    Patch("autocast rewrite", ("autocast rewrite",), "first", _install_amp, _amp_spots),
     Patch(
         "native MPS fallback observer",
         (warning_hooks.NATIVE_GROUP,),
         "every",
         _install_native_observer,
-        _native_observer_places,
+        _native_observer_spots,
     ),
     Patch(
         "accelerator tensor sharing",
         ("accelerator tensor sharing",),
         "every",
         _install_sharing,
-        _sharing_places,
+        _sharing_spots,
     ),
     Patch(
         "facades",
         ("facades", "cuda facade", "mps facade", "accelerator facade"),
         "every",
         _install_facades,
-        _facade_places,
+        _facade_spots,
     ),
     Patch(
         "entry-point wrappers",
         ("entry-point wrappers",),
         "every",
         _install_entry_points,
-        _entry_point_places,
+        _entry_point_spots,
     ),
-    Patch("dispatcher net", (net.GROUP,), "first", _install_net, net.places),
-    Patch("report parts", ("report parts",), "first", _install_report_parts, _report_parts_places),
-    Patch("distributed", ("distributed",), "first", _install_distributed, _distributed_places),
+    Patch("dispatcher net", (net.GROUP,), "first", _install_net, net.spots),
+    Patch("report parts", ("report parts",), "first", _install_report_parts, _report_parts_spots),
+    Patch("distributed", ("distributed",), "first", _install_distributed, _distributed_spots),
     Patch(
-        "data parallel", ("data_parallel",), "first", _install_data_parallel, _data_parallel_places
+        "data parallel", ("data_parallel",), "first", _install_data_parallel, _data_parallel_spots
     ),
-    Patch("data loader", ("data loader",), "first", _install_data_loader, _data_loader_places),
+    Patch("data loader", ("data loader",), "first", _install_data_loader, _data_loader_spots),
 )
 
 
@@ -332,6 +332,6 @@ def installed() -> bool:
     return calls.installed()
 
 
-def places() -> dict[str, ledger.Place]:
-    """Every place :data:`INSTALL_ORDER` may change, keyed by its ledger description."""
-    return {place.what: place for patch in INSTALL_ORDER for place in patch.places()}
+def spots() -> dict[str, ledger.Spot]:
+    """Every spot :data:`INSTALL_ORDER` may change, keyed by its ledger description."""
+    return {spot.what: spot for patch in INSTALL_ORDER for spot in patch.spots()}

@@ -34,7 +34,7 @@ import torch.amp.grad_scaler
 from torchdevice import ledger
 from torchdevice.runtime import active
 
-__all__ = ["GROUP", "install", "installed", "places"]
+__all__ = ["GROUP", "install", "installed", "spots"]
 
 _AUTOCAST = torch.amp.autocast_mode.autocast
 _SCALER = torch.amp.grad_scaler.GradScaler
@@ -48,7 +48,7 @@ def real_device_type(device_type: Any, api: str) -> Any:
     rt = active()
     if rt is None or not isinstance(device_type, str) or device_type not in _REWRITTEN:
         return device_type
-    _, device = rt.place(device_type, api)
+    _, device, _ = rt.place(device_type, api)
     # The device's own type: an extra backend's on a simulated host ("simgpu" standing for
     # "mps", for "mps" requests too, which it leaves in place), whose autocast rules are
     # registered under it.
@@ -118,6 +118,6 @@ def installed() -> bool:
     return _AUTOCAST.__dict__["__init__"] is _autocast_init
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
-    return (ledger.attr_place(_AUTOCAST, "__init__"), ledger.attr_place(_SCALER, "__init__"))
+    return (ledger.attr_spot(_AUTOCAST, "__init__"), ledger.attr_spot(_SCALER, "__init__"))

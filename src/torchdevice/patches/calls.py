@@ -20,9 +20,10 @@ import torch
 import torch.serialization
 
 from torchdevice import ledger
+from torchdevice.compiling import is_compiling
 from torchdevice.policy import Standing
 from torchdevice.runtime import Runtime, active
-from torchdevice.transfers import device_object, host_memory
+from torchdevice.standing import device_object, host_memory
 
 __all__ = ["GROUP", "REPLACEMENTS", "install", "installed"]
 
@@ -32,7 +33,7 @@ _ORIGINAL_GENERATOR = torch.Generator
 
 def _restore(rt: Runtime, storage: Any, location: str) -> Any:
     """Restore one storage saved at ``location`` to the device the policy picks for it."""
-    _, device = rt.place(location, "torch.load")
+    _, device, _ = rt.place(location, "torch.load")
     if device.type == "cpu":
         return storage
     return torch.serialization.default_restore_location(storage, str(device))  # type: ignore[no-untyped-call]
@@ -110,7 +111,7 @@ class _HostStateGenerator(_ORIGINAL_GENERATOR):
     Generator states are host (CPU) byte tensors on every device. On an accelerator host a
     state the code brought to the host (Accelerate broadcasts it, then ``state.cpu()``)
     lives on the accelerator, which the C++ ``set_state`` refuses: it gets the host copy
-    (:func:`~torchdevice.transfers.host_memory`). Pickles and copies are plain generators
+    (:func:`~torchdevice.standing.host_memory`). Pickles and copies are plain generators
     (torch reduces every generator to ``torch._C.Generator``).
     """
 
@@ -179,9 +180,9 @@ def _module_transfer(module: Any, request: object, api: str, standing: Standing)
     Returns ``None`` where nothing moves, for the caller to run the original.
     """
     rt = active()
-    if rt is None or torch.compiler.is_compiling():
+    if rt is None or is_compiling():
         return None
-    decision, device = rt.place(request, api, method=api.rsplit(".", 1)[-1])
+    decision, device, _ = rt.place(request, api, method=api.rsplit(".", 1)[-1])
     if not decision.moved:
         return None
     return module.to(device_object(device, standing, distinct=True))

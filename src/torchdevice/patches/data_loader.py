@@ -5,8 +5,8 @@ accelerator is there (``torch.accelerator.is_available()``), and while redirecti
 facades say one is (CUDA code finds CUDA), so every loader iterator starts torch's
 pin-memory thread: each batch goes through a thread and a queue and
 ``Tensor.pin_memory()``, which torchdevice answers with the batch itself where pinned
-memory does not exist (``policy.pins``: only a CUDA host pins). That hop bought nothing
-and cost the DataLoader workload about 8 % of its time, in either tier
+memory does not exist (the pin rule, ``Runtime.pins``: only a CUDA host pins). That hop
+bought nothing and cost the DataLoader workload about 8 % of its time, in either tier
 (benchmarks/workloads.py). Torch itself turns pinning off in the iterator on MPS
 (``_BaseDataLoaderIter.__init__``: "not supported on MPS now"); here it is turned off
 the same way, after torch's constructor, on every host that cannot pin. The batches are
@@ -22,10 +22,9 @@ from typing import Any
 from torch.utils.data import dataloader
 
 from torchdevice import ledger
-from torchdevice.policy import pins
 from torchdevice.runtime import active
 
-__all__ = ["GROUP", "install", "places"]
+__all__ = ["GROUP", "install", "spots"]
 
 #: The ledger group of the wrapper.
 GROUP = "data loader"
@@ -39,7 +38,7 @@ def _init(self: Any, loader: Any) -> None:
     """torch's constructor; then no pinning where the host cannot pin (as torch on MPS)."""
     _ORIGINAL_INIT(self, loader)
     rt = active()
-    if rt is not None and self._pin_memory and not pins(rt.host, "cpu"):
+    if rt is not None and self._pin_memory and not rt.pins("cpu"):
         self._pin_memory = False
 
 
@@ -49,6 +48,6 @@ def install() -> None:
         ledger.set_attr(GROUP, _ITERATOR, "__init__", _init)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """What :func:`install` changes, for the pristine check."""
-    return (ledger.attr_place(_ITERATOR, "__init__"),)
+    return (ledger.attr_spot(_ITERATOR, "__init__"),)

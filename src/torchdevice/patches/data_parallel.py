@@ -26,7 +26,7 @@ from torch.nn.parallel import DataParallel, scatter_gather
 from torchdevice import ledger
 from torchdevice.runtime import active
 
-__all__ = ["GROUP", "install", "places"]
+__all__ = ["GROUP", "install", "spots"]
 
 #: The ledger group of these wrappers.
 GROUP = "data_parallel"
@@ -114,7 +114,9 @@ def _data_parallel(
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
     first = next(iter([*module.parameters(), *module.buffers()]), None)
-    _, placed = rt.place(torch.device("cuda", 0), "torch.nn.parallel.data_parallel", report=False)
+    _, placed, _ = rt.place(
+        torch.device("cuda", 0), "torch.nn.parallel.data_parallel", report=False
+    )
     device = first.device if first is not None else placed
     return module(*_to(inputs, device), **_to(dict(module_kwargs or {}), device))
 
@@ -130,10 +132,10 @@ def install() -> None:
     ledger.set_attr(GROUP, torch.nn.parallel, "data_parallel", _data_parallel)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
     return (
-        ledger.attr_place(DataParallel, "__init__"),
-        ledger.attr_place(scatter_gather, "scatter"),
-        ledger.attr_place(torch.nn.parallel, "data_parallel"),
+        ledger.attr_spot(DataParallel, "__init__"),
+        ledger.attr_spot(scatter_gather, "scatter"),
+        ledger.attr_spot(torch.nn.parallel, "data_parallel"),
     )

@@ -43,10 +43,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import _pop_mode, _push_mode
 
 from torchdevice import ledger, nccl_forms
+from torchdevice.compiling import is_compiling
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
-__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "places", "staging_device"]
+__all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "spots", "staging_device"]
 
 #: The ledger group of these wrappers.
 GROUP = "distributed"
@@ -130,7 +131,7 @@ def off_the_stack() -> Iterator[None]:
     is overridable, and what torch builds there (pickled objects, barrier tensors) stays
     where torch puts it. User modes are off for that time too, and back after, in order.
     """
-    if torch.compiler.is_compiling():  # traced, not run: leave the stack to dynamo
+    if is_compiling():  # traced, not run: leave the stack to dynamo
         with torch._C.DisableTorchFunction():
             yield
         return
@@ -577,12 +578,12 @@ def install() -> None:
     ledger.set_attr(GROUP, DistributedDataParallel, "__init__", _ddp_init)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
     names = ("init_process_group", "new_group", *_STAGED, "_coalescing_manager")
     return (
-        *(ledger.attr_place(owner, name) for owner in (dist, c10d) for name in names),
-        *(ledger.attr_place(dist, name) for name in _ENTRY_POINTS),
-        ledger.attr_place(dist, "is_nccl_available"),
-        ledger.attr_place(DistributedDataParallel, "__init__"),
+        *(ledger.attr_spot(owner, name) for owner in (dist, c10d) for name in names),
+        *(ledger.attr_spot(dist, name) for name in _ENTRY_POINTS),
+        ledger.attr_spot(dist, "is_nccl_available"),
+        ledger.attr_spot(DistributedDataParallel, "__init__"),
     )

@@ -13,9 +13,9 @@ Every factory ends in an allocation: ``zeros/ones/full/arange/eye/linspace/rand*
 scalar_tensor`` and ``Tensor.new_*`` reach ``aten::empty.memory_format``; ``*_like``
 reaches ``aten::empty_strided``. This module registers a Python kernel for both on the
 dispatch key of each device type the build has no kernel for (CUDA on CPU and macOS
-builds; MPS on CUDA and CPU builds), which places the allocation through the same policy
-(:meth:`~torchdevice.runtime.Runtime.resolve`), marks what it stands for
-(:mod:`torchdevice.transfers`) and reports it at the user's line. The fill, arange or
+builds; MPS on CUDA and CPU builds), which places the allocation on the runtime's one path
+(:meth:`~torchdevice.runtime.Runtime.place`, with its float64 rule), marks what it stands for
+(:mod:`torchdevice.standing`) and reports it at the user's line. The fill, arange or
 random draw that follows runs on the real device the tensor is on.
 
 It costs nothing elsewhere: a kernel on the CUDA key runs only for a dispatch that was
@@ -42,11 +42,10 @@ from typing import Any, Final
 import torch
 
 from torchdevice import callsite, ledger
-from torchdevice.policy import pins
-from torchdevice.runtime import Runtime, active
-from torchdevice.transfers import mark_placed
+from torchdevice.runtime import active
+from torchdevice.standing import mark_placed
 
-__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "places"]
+__all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "spots"]
 
 #: Ledger group of the net's registrations.
 GROUP: Final = "dispatcher net"
@@ -54,8 +53,6 @@ GROUP: Final = "dispatcher net"
 OPS: Final = ("empty.memory_format", "empty_strided")
 #: Device types the net may stand in for: those the policy redirects.
 _DEVICE_TYPES: Final = ("CUDA", "MPS")
-
-_is_compiling = torch.compiler.is_compiling
 
 
 def dispatch_keys() -> tuple[str, ...]:
@@ -94,10 +91,12 @@ def install() -> None:
     ledger.hook(GROUP, f"aten allocation kernels for {', '.join(missing)}", library._destroy)
 
 
-def _place(
-    op: str, device: torch.device | None, pin_memory: bool | None
-) -> tuple[Runtime, torch.device, bool | None]:
-    """The runtime, the real device for ``device`` and the pin flag that can hold there.
+def _allocation(
+    op: str, device: torch.device | None, pin_memory: bool | None, dtype: torch.dtype | None
+) -> tuple[torch.device, bool | None, torch.dtype | None, bool]:
+    """The real device for ``device``, the pin flag and dtype that can hold there, and
+    whether to mark the result (``False`` while torch compiles), from
+    :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`.
 
     Counted in the report at the first user frame above the kernel: the dispatcher calls
     the kernel from C++, so the Python frame above it made the torch call (or called
@@ -106,17 +105,20 @@ def _place(
     rt = active()
     if rt is None or device is None:  # a call in flight as disable() ran: torch's error
         raise NotImplementedError(_refusal(op, device))
-    decision, target, kind = rt.resolve(device)
+    kernel = sys._getframe(1)  # the allocation kernel; its caller is above the dispatcher
+    api = f"aten::{op}"
+    # A device the policy keeps (the refusal below) is an unchanged decision: no row.
+    _, target, standing = rt.place(device, api, True, None, lambda: _user_frame(kernel.f_back))
     if target.type == device.type:  # the policy keeps it here: this build cannot
         raise NotImplementedError(_refusal(op, device))
-    if kind is not None and not _is_compiling():
-        rt.recorder.hit(_user_frame(sys._getframe(2)), f"aten::{op}", decision, kind)
-    if pin_memory and not pins(rt.host, target.type):
+    if pin_memory and not rt.pins(target.type):
         pin_memory = False
-    return rt, target, pin_memory
+    if rt.float64_device is not None:
+        dtype = rt.narrow_float64(api, target, dtype)
+    return target, pin_memory, dtype, standing is not None
 
 
-def _user_frame(frame: FrameType) -> FrameType | None:
+def _user_frame(frame: FrameType | None) -> FrameType | None:
     """The user's frame at or above ``frame``, past the code FX generates for a graph
     (``<eval_with_key>``: a graph compiled by ``torch.compile`` runs there), whose caller
     is the line that called the compiled function."""
@@ -147,9 +149,7 @@ def _empty(
     memory_format: torch.memory_format | None = None,
 ) -> Any:
     """``aten::empty.memory_format`` on a device the build lacks: allocate on the target."""
-    rt, target, pin_memory = _place("empty.memory_format", device, pin_memory)
-    if rt.float64_device is not None and dtype is torch.float64:
-        dtype = _narrowed(rt, target, "empty.memory_format")
+    target, pin_memory, dtype, eager = _allocation("empty.memory_format", device, pin_memory, dtype)
     with torch._C.DisableTorchFunction():  # placed already: no mode may place it again
         result = torch.empty(
             size,
@@ -159,7 +159,7 @@ def _empty(
             pin_memory=pin_memory,
             memory_format=memory_format,
         )
-    return result if _is_compiling() else mark_placed(result, "device")
+    return mark_placed(result, "device") if eager else result
 
 
 def _empty_strided(
@@ -172,32 +172,15 @@ def _empty_strided(
     pin_memory: bool | None = None,
 ) -> Any:
     """``aten::empty_strided`` on a device the build lacks: allocate on the target."""
-    rt, target, pin_memory = _place("empty_strided", device, pin_memory)
-    if rt.float64_device is not None and dtype is torch.float64:
-        dtype = _narrowed(rt, target, "empty_strided")
+    target, pin_memory, dtype, eager = _allocation("empty_strided", device, pin_memory, dtype)
     with torch._C.DisableTorchFunction():
         result = torch.empty_strided(
             size, stride, dtype=dtype, layout=layout, device=target, pin_memory=pin_memory
         )
-    return result if _is_compiling() else mark_placed(result, "device")
+    return mark_placed(result, "device") if eager else result
 
 
-def _narrowed(rt: Runtime, target: torch.device, op: str) -> torch.dtype:
-    """The dtype rule (docs/fallback.md) for a float64 allocation: float32 where the
-    target has no float64, reported like the mode's."""
-    if target.type != rt.float64_device:
-        return torch.float64
-    rt.note_event(
-        "dtype",
-        f"aten::{op}",
-        f"{target}, float64",
-        f"{target}, float32",
-        "MPS has no float64: float32 on the device",
-    )
-    return torch.float32
-
-
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """What :func:`install` changes, for the pristine check: the kernels on the keys this
     build lacks (described as the ledger does, so asked before the net is installed)."""
     missing = dispatch_keys()
@@ -209,4 +192,4 @@ def places() -> tuple[ledger.Place, ...]:
             for op in OPS
         )
 
-    return (ledger.Place(f"aten allocation kernels for {', '.join(missing)}", read),)
+    return (ledger.Spot(f"aten allocation kernels for {', '.join(missing)}", read),)

@@ -27,7 +27,7 @@ import torch
 
 from torchdevice import ledger
 
-__all__ = ["GROUP", "install", "places"]
+__all__ = ["GROUP", "install", "spots"]
 
 #: Ledger group of the reductions installed here.
 GROUP = "accelerator tensor sharing"
@@ -105,13 +105,13 @@ def _rebuild(
     return tensor.requires_grad_(requires_grad)
 
 
-def places() -> tuple[ledger.Place, ...]:
+def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
-    return tuple(_reducer_place(cls) for cls in (torch.Tensor, torch.nn.Parameter))
+    return tuple(_reducer_spot(cls) for cls in (torch.Tensor, torch.nn.Parameter))
 
 
-def _reducer_place(cls: type) -> ledger.Place:
+def _reducer_spot(cls: type) -> ledger.Spot:
     def read() -> object:
         return ForkingPickler._extra_reducers.get(cls)  # type: ignore[attr-defined]  # see install
 
-    return ledger.Place(f"ForkingPickler reducer of {cls.__name__}", read)
+    return ledger.Spot(f"ForkingPickler reducer of {cls.__name__}", read)

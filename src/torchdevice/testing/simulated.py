@@ -64,7 +64,8 @@ Limits:
 * autocast casts by the rules PyTorch's backends share (``ATen/autocast_mode.h``), which
   MPS's own list follows; ``torch.compile`` works (dynamo's fake tensors
   carry the device), but inductor has no code generator for the device, so the default
-  backend compiles graphs on it with ``aot_eager``, logged (:mod:`torchdevice.testing.compiling`).
+  backend compiles graphs on it with ``aot_eager``, logged
+  (:mod:`torchdevice.testing.compile_backend`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ from torch.utils.backend_registration import (
     rename_privateuse1_backend,
 )
 
-from torchdevice.testing import compiling, native
+from torchdevice.testing import compile_backend, native
 from torchdevice.testing.mps_ops import (
     MPS_DTYPES,
     mps_kernels,
@@ -290,7 +291,7 @@ def _install(name: str, module: _DeviceModule) -> _State:
     missing.fallback(_missing_kernel(name), "PrivateUse1")  # type: ignore[no-untyped-call]  # untyped in torch
     _print_like_mps(name)
     _unscale_like_mps(name)
-    compiling.install(name)
+    compile_backend.install(name)
     return _State(name, device, (kernels, autocast, missing), module, overloads, sparse_overloads)
 
 

@@ -34,7 +34,7 @@ from typing import Final
 
 import torch
 
-from torchdevice.compiling import _compiler, is_tracing
+from torchdevice.compiling import compiler, is_tracing
 from torchdevice.policy import Standing
 
 __all__ = [
@@ -45,15 +45,13 @@ __all__ = [
     "mark_placed",
     "moved",
     "requested",
-    "standing",
+    "standing_of",
 ]
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
 #: not what their real device is.
 _MARK: Final = "_torchdevice_stands_for"
 
-# torch.compiler.is_compiling(), in the per-call form of torchdevice.compiling.
-_is_tracing = is_tracing
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE: Final = torch.device
 
@@ -116,7 +114,7 @@ def requested(request: object, parsed: Standing | None) -> Standing | None:
     return parsed
 
 
-def standing(tensor: torch.Tensor) -> Standing:
+def standing_of(tensor: torch.Tensor) -> Standing:
     """What ``tensor`` stands for: its storage's mark, else its real device."""
     try:
         marked: Standing | None = getattr(tensor.untyped_storage(), _MARK, None)
@@ -145,7 +143,7 @@ def mark_placed(tensor: torch.Tensor, stands_for: Standing | None) -> torch.Tens
 
 def mark(tensor: torch.Tensor, stands_for: Standing) -> torch.Tensor:
     """Record that ``tensor``, a fresh result, stands for ``stands_for``; returns it."""
-    if not (_is_tracing() or _compiler._is_compiling_flag):
+    if not (is_tracing() or compiler._is_compiling_flag):
         mark_placed(tensor, stands_for)
     return tensor
 
@@ -155,12 +153,13 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
 
     ``result`` is what torch returned for the rewritten call. Already there: ``source``
     itself. Crossing between host and device: an independent copy, even where torch
-    returned ``source`` because the real device is the same.
+    returned ``source`` because the real device is the same. Eager code only (compiled
+    code's fake tensors keep their storages untouched): ``target`` is a standing from
+    :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`, which is ``None`` while
+    torch compiles, so the caller skips this then without asking again.
     """
-    if _is_tracing() or _compiler._is_compiling_flag:  # fake tensors: storages untouched
-        return result
     if result is source:  # torch found nothing to do: the real device is the same
-        if standing(source) == target:
+        if standing_of(source) == target:
             return source
         result = source.clone()
     # else: ``Tensor.to`` returns its input or a fresh tensor, never another alias
@@ -180,7 +179,7 @@ def host_memory(tensor: torch.Tensor) -> torch.Tensor:
         isinstance(tensor, torch.Tensor)  # torch's own check is the C++ one, after this
         and not tensor.is_cpu
         and not tensor.is_meta
-        and standing(tensor) == "host"
+        and standing_of(tensor) == "host"
     ):
         with torch._C.DisableTorchFunction():  # the real CPU, past the policy
             return tensor.cpu()

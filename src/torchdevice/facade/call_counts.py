@@ -22,13 +22,12 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torchdevice import callsite, compiling
+from torchdevice import callsite
 from torchdevice import runtime as runtime_module
+from torchdevice.compiling import compiler, is_tracing
 
 __all__ = ["count_call", "reported_namespace"]
 
-_is_tracing = compiling.is_tracing
-_compiler = compiling._compiler
 _internal = callsite.internal_cache
 
 
@@ -40,7 +39,7 @@ def _count(api: str, depth: int) -> None:
     :mod:`torchdevice.compiling` inlines it, and the caller's code is looked up in the
     call-site cache before asking :func:`~torchdevice.callsite.is_internal`.
     """
-    if _is_tracing() or _compiler._is_compiling_flag:
+    if is_tracing() or compiler._is_compiling_flag:
         return
     rt = runtime_module._active
     if rt is None:
