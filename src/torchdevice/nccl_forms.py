@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-__all__ = ["ADAPTERS", "DoneWork", "Run", "is_nccl_group", "mark"]
+__all__ = ["ADAPTERS", "DoneWork", "Run", "is_nccl_group", "mark_nccl_group"]
 
 _log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ _AS_BYTES = frozenset(
 )
 
 
-def mark(group: Any) -> None:
+def mark_nccl_group(group: Any) -> None:
     """Remember ``group`` as created for NCCL (a non-member's placeholder is skipped)."""
     if isinstance(group, dist.ProcessGroup):
         _NCCL_GROUPS.add(group)
