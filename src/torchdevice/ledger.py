@@ -5,7 +5,7 @@ Every installer (the ``torch.load``/``torch.Generator`` wrappers, the autocast r
 ``warnings.showwarning``, the thread hooks, environment variables) makes its change
 through this module, which notes what was there before. :func:`undo` puts things back
 newest first, so two changes of the same attribute unwind to the value before the first;
-``disable()`` calls it with no group and is then left with an empty ledger. Nothing else
+``disable()`` calls it with no group and leaves no change of an activation. Nothing else
 undoes anything: a reconfiguration that drops one facade (the host changed) undoes that
 facade's group here too.
 
