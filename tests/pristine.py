@@ -1,8 +1,9 @@
 """What native torch looks like, and a check that torch is in that state again.
 
 Imported by ``conftest.py`` (the reset fixture) and by tests that compare against it. What
-it checks is derived from torchdevice's install list (:func:`torchdevice.patches.spots`),
-not written out here: a new patch is checked as soon as it declares its spots.
+it checks is derived from torchdevice's install list (:func:`torchdevice.patches.spots`)
+and the pytest plugin's variables (:func:`torchdevice.tools.pytest_plugin.spots`), not
+written out here: a new patch is checked as soon as it declares its spots.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torchdevice import ledger, patches
 from torchdevice.facade import mps
 from torchdevice.mode import DeviceMode
 from torchdevice.patches import amp
+from torchdevice.tools import pytest_plugin
 
 #: Native objects tests compare against by identity.
 REAL_CUDA = sys.modules["torch.cuda"]
@@ -31,9 +33,14 @@ REAL_INIT_PROCESS_GROUP = c10d.init_process_group
 REAL_IS_NCCL_AVAILABLE = c10d.is_nccl_available
 
 
-#: What every spot an installer may change (:data:`torchdevice.patches.INSTALL_ORDER`)
-#: held when this module was imported, before any test enabled anything: native torch.
-NATIVE = {what: (spot, spot.read()) for what, spot in patches.spots().items() if spot.read}
+#: What every spot an installer (:data:`torchdevice.patches.INSTALL_ORDER`) or the pytest
+#: plugin may change held when this module was imported, before any test enabled anything:
+#: native torch.
+NATIVE = {
+    spot.what: (spot, spot.read())
+    for spot in (*patches.spots().values(), *pytest_plugin.spots())
+    if spot.read
+}
 
 
 def _same(current: object, native: object) -> bool:

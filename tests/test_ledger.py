@@ -68,6 +68,43 @@ def test_undo_of_one_group_leaves_the_others() -> None:
     assert (holder.a, holder.b) == (0, 0)
 
 
+def test_a_longer_lifetime_outlives_undo_and_leaves_with_its_own() -> None:
+    """The pytest plugin's variables outlive ``disable()`` (its ``undo()``), under an
+    activation's change of the same variable, and leave when their lifetime ends."""
+    assert "TORCHDEVICE_LEDGER_PROBE" not in os.environ
+    ledger.set_env("run", "TORCHDEVICE_LEDGER_PROBE", "run", lifetime="tool run")
+    ledger.set_env("activation", "TORCHDEVICE_LEDGER_PROBE", "activation")
+    ledger.undo()
+    assert os.environ["TORCHDEVICE_LEDGER_PROBE"] == "run"
+    assert [(c.group, c.lifetime) for c in ledger.changes()] == [("run", "tool run")]
+    ledger.undo(lifetime="tool run")
+    assert "TORCHDEVICE_LEDGER_PROBE" not in os.environ
+    assert ledger.changes() == []
+
+
+def test_undoing_a_covered_change_keeps_the_newer_value_and_unwinds_to_the_first() -> None:
+    """Undone out of order (another lifetime, another group), a change that a newer one of
+    the same spot covers leaves the spot alone; the newer change then puts back what
+    stood there before both."""
+    assert "TORCHDEVICE_LEDGER_PROBE" not in os.environ
+    ledger.set_env("run", "TORCHDEVICE_LEDGER_PROBE", "run", lifetime="tool run")
+    ledger.set_env("activation", "TORCHDEVICE_LEDGER_PROBE", "activation")
+    ledger.undo(lifetime="tool run")
+    assert os.environ["TORCHDEVICE_LEDGER_PROBE"] == "activation"
+    ledger.undo()
+    assert "TORCHDEVICE_LEDGER_PROBE" not in os.environ
+
+    holder, twin = types.SimpleNamespace(value="native"), types.SimpleNamespace(value="native")
+    ledger.set_attr("a", holder, "value", "one")
+    ledger.set_attr("a", twin, "value", "one")  # described alike, another spot
+    ledger.set_attr("b", holder, "value", "two")
+    ledger.undo("a")
+    assert (holder.value, twin.value) == ("two", "native")
+    ledger.undo("b")
+    assert holder.value == "native"
+    assert ledger.changes() == []
+
+
 def test_an_absent_attribute_module_and_variable_become_absent_again() -> None:
     class Owner:
         inherited = "from the class"

@@ -9,11 +9,13 @@ survive. Runs that leave torchdevice off stay in process (fast).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from torchdevice import ledger
 from torchdevice.environment import BOOL_EXPECTED
 from torchdevice.reporting import MigrationReport, merge
 
@@ -128,6 +130,7 @@ import sys
 import pytest
 import torch
 import torchdevice
+from torchdevice import ledger
 
 import conftest
 
@@ -147,6 +150,11 @@ def test_gpu_only_runs():
 def test_native():
     assert not torchdevice.is_enabled()
     assert not torch.cuda.is_available()
+    # The run's variable for its children outlives the disable(): the ledger holds it alone.
+    assert os.environ["ACTIVATE_TORCH_DEVICE"] == "1"
+    assert [(c.what, c.lifetime) for c in ledger.changes()] == [
+        ("$ACTIVATE_TORCH_DEVICE", "pytest session")
+    ]
 
 
 def test_redirected_again_after_the_native_test():
@@ -381,6 +389,24 @@ def test_a_bad_setting_is_a_usage_error_under_the_option(
     assert result.stderr.str().strip().splitlines() == [
         f"ERROR: invalid {variable}={value!r} from the environment: {message}"
     ]
+
+
+def test_a_failed_start_leaves_the_environment_and_the_ledger_as_they_were(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process: the variables the run set for its children before the bad setting
+    stopped it are undone through the ledger, before any test."""
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    for variable in ("ACTIVATE_TORCH_DEVICE", "TORCHDEVICE_HOST", "TORCHDEVICE_INTERCEPT"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("TORCHDEVICE_KEEP_CPU", "maybe")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--torchdevice-host", "cpu", "--torchdevice-intercept", "mode"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    for variable in ("ACTIVATE_TORCH_DEVICE", "TORCHDEVICE_HOST", "TORCHDEVICE_INTERCEPT"):
+        assert variable not in os.environ
+    assert ledger.changes() == []
 
 
 # -- the summary line, ini keys, UnsupportedFeatureError as a skip ---------------------------

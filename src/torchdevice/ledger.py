@@ -5,7 +5,7 @@ Every installer (the ``torch.load``/``torch.Generator`` wrappers, the autocast r
 ``warnings.showwarning``, the thread hooks, environment variables) makes its change
 through this module, which notes what was there before. :func:`undo` puts things back
 newest first, so two changes of the same attribute unwind to the value before the first;
-``disable()`` calls it with no group and is then left with an empty ledger. Nothing else
+``disable()`` calls it with no group and leaves no change of an activation. Nothing else
 undoes anything: a reconfiguration that drops one facade (the host changed) undoes that
 facade's group here too.
 
@@ -15,6 +15,15 @@ reads :func:`changes`: a change recorded and never undone shows up there. Each i
 also declares the :class:`Spot` objects it changes (``torchdevice.patches.INSTALL_ORDER``),
 described as its changes are here, so the pristine check reads every one of them back.
 
+Each change also has a *lifetime*: :data:`ACTIVATION` (the default) for what an
+activation changes, undone by ``disable()``; a longer one for a tool that switches
+redirection on and off inside its own run, such as the pytest plugin, whose variables for
+child processes must outlive a ``torchdevice_native`` test's ``disable()`` and leave at the
+end of the session (:func:`undo` with that lifetime). A partial undo (one group, one
+lifetime) may take out a change that a newer one of the same spot covers; the spot then
+keeps the newer value, and the newer change takes over what to put back: lifetimes and
+groups unwind in any order to what stood there before the first change.
+
 This module imports nothing from torchdevice: every layer may record through it.
 """
 
@@ -22,12 +31,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, MutableMapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 __all__ = [
     "ABSENT",
+    "ACTIVATION",
     "Change",
     "Spot",
     "attr_spot",
@@ -55,13 +65,29 @@ class _Absent:
 ABSENT: Final[Any] = _Absent()
 
 
+#: The lifetime of an activation's changes: ``disable()`` undoes them.
+ACTIVATION: Final = "activation"
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One recorded change: its group, what it touched (for messages), and its undo."""
+    """One recorded change: its group, what it touched (for messages), its lifetime, and
+    ``put``, which puts ``before`` back.
+
+    A change of a value (:func:`set_attr`, :func:`set_item`, :func:`set_env`) has a
+    ``key`` naming the spot by identity and holds what stood there before; a
+    :func:`hook` has neither (``put`` ignores its argument)."""
 
     group: str
     what: str
-    undo: Callable[[], None]
+    lifetime: str
+    put: Callable[[Any], None]
+    before: Any = None
+    key: Hashable | None = None
+
+    def undo(self) -> None:
+        """Put back what stood there before."""
+        self.put(self.before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +129,14 @@ def env_spot(name: str) -> Spot:
     return Spot(f"${name}", lambda: os.environ.get(name))
 
 
-def set_attr(group: str, owner: object, name: str, value: Any) -> None:
+def set_attr(group: str, owner: object, name: str, value: Any, lifetime: str = ACTIVATION) -> None:
     """Set ``owner.name = value``, remembering the value it had in its own ``__dict__``.
 
     An attribute that was inherited or absent is removed again on undo, so the owner ends
     exactly as it was (``vars(owner)`` unchanged).
     """
-    namespace = getattr(owner, "__dict__", None)
-    previous = namespace.get(name, ABSENT) if namespace is not None else getattr(owner, name)
 
-    def restore() -> None:
+    def put(previous: Any) -> None:
         if previous is ABSENT:
             if name in vars(owner):
                 delattr(owner, name)
@@ -120,44 +144,51 @@ def set_attr(group: str, owner: object, name: str, value: Any) -> None:
             setattr(owner, name, previous)
 
     with _lock:
+        namespace = getattr(owner, "__dict__", None)
+        before = namespace.get(name, ABSENT) if namespace is not None else getattr(owner, name)
         setattr(owner, name, value)
-        _changes.append(Change(group, f"{_describe(owner)}.{name}", restore))
+        what = f"{_describe(owner)}.{name}"
+        _changes.append(Change(group, what, lifetime, put, before, ("attr", id(owner), name)))
 
 
-def set_item(group: str, mapping: MutableMapping[str, Any], key: str, value: Any) -> None:
+def set_item(
+    group: str, mapping: MutableMapping[str, Any], key: str, value: Any, lifetime: str = ACTIVATION
+) -> None:
     """Set ``mapping[key] = value`` (``sys.modules`` entries), remembering what was there."""
-    previous = mapping.get(key, ABSENT)
 
-    def restore() -> None:
+    def put(previous: Any) -> None:
         if previous is ABSENT:
             mapping.pop(key, None)
         else:
             mapping[key] = previous
 
     with _lock:
+        before = mapping.get(key, ABSENT)
         mapping[key] = value
-        _changes.append(Change(group, f"[{key!r}]", restore))
+        _changes.append(
+            Change(group, f"[{key!r}]", lifetime, put, before, ("item", id(mapping), key))
+        )
 
 
-def set_env(group: str, name: str, value: str) -> None:
+def set_env(group: str, name: str, value: str, lifetime: str = ACTIVATION) -> None:
     """Set the environment variable ``name`` (unset again on undo if it was unset)."""
-    previous = os.environ.get(name)
 
-    def restore() -> None:
+    def put(previous: str | None) -> None:
         if previous is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = previous
 
     with _lock:
+        before = os.environ.get(name)
         os.environ[name] = value
-        _changes.append(Change(group, f"${name}", restore))
+        _changes.append(Change(group, f"${name}", lifetime, put, before, ("env", name)))
 
 
-def hook(group: str, what: str, undo: Callable[[], None]) -> None:
+def hook(group: str, what: str, undo: Callable[[], None], lifetime: str = ACTIVATION) -> None:
     """Record a change made by other means (a profile hook, a cache) and how to undo it."""
     with _lock:
-        _changes.append(Change(group, what, undo))
+        _changes.append(Change(group, what, lifetime, lambda _: undo()))
 
 
 def has(group: str) -> bool:
@@ -172,8 +203,12 @@ def changes() -> list[Change]:
         return list(_changes)
 
 
-def undo(group: str | None = None) -> None:
-    """Undo the changes of ``group`` (all of them when ``None``), newest first.
+def undo(group: str | None = None, lifetime: str = ACTIVATION) -> None:
+    """Undo the changes of ``lifetime`` (of ``group`` only, when given), newest first.
+
+    A change that a newer one of the same spot still covers is not put back: the newer
+    change takes over its ``before``, so the spot keeps the newer value until that change
+    is undone in turn, and then returns to what stood there first.
 
     Each change leaves the ledger before its undo runs, so an undo that fails is not
     retried by the next call; the remaining changes are still undone and the first
@@ -183,12 +218,26 @@ def undo(group: str | None = None) -> None:
         error: BaseException | None = None
         for index in range(len(_changes) - 1, -1, -1):
             change = _changes[index]
-            if group is not None and change.group != group:
+            if change.lifetime != lifetime or group not in (None, change.group):
                 continue
             del _changes[index]
+            cover = _cover(index, change.key)
+            if cover is not None:  # the newer change now puts back what this one would
+                _changes[cover] = replace(_changes[cover], before=change.before)
+                continue
             try:
                 change.undo()
             except BaseException as exc:  # keep undoing; the first error is raised below
                 error = error or exc
         if error is not None:
             raise error
+
+
+def _cover(start: int, key: Hashable | None) -> int | None:
+    """The index of the oldest change from ``start`` on of the spot ``key``, if any."""
+    if key is None:
+        return None
+    for index in range(start, len(_changes)):
+        if _changes[index].key == key:
+            return index
+    return None

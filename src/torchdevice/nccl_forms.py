@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-__all__ = ["ADAPTERS", "DoneWork", "Run", "is_nccl_group", "mark"]
+__all__ = ["ADAPTERS", "DoneWork", "Run", "is_nccl_group", "mark_nccl_group"]
 
 _log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ _AS_BYTES = frozenset(
 )
 
 
-def mark(group: Any) -> None:
+def mark_nccl_group(group: Any) -> None:
     """Remember ``group`` as created for NCCL (a non-member's placeholder is skipped)."""
     if isinstance(group, dist.ProcessGroup):
         _NCCL_GROUPS.add(group)
@@ -214,27 +214,38 @@ def reduce_scatter_tensor(run: Run, bound: inspect.BoundArguments) -> Any:
         return run(bound)
 
 
-def all_reduce(run: Run, bound: inspect.BoundArguments) -> Any:
-    """``PREMUL_SUM``: each rank scales its tensor, then the ranks sum."""
+def _premul_sum(
+    bound: inspect.BoundArguments, name: str
+) -> tuple[torch.Tensor, float | torch.Tensor] | None:
+    """``(tensor, factor)`` of a ``PREMUL_SUM`` collective on one ``tensor``, whose op this
+    makes ``SUM`` (the caller scales); ``None`` for any other call, which runs as it is."""
     tensor, op = bound.arguments["tensor"], bound.arguments.get("op", dist.ReduceOp.SUM)
     if not (_is_premul(op) and isinstance(tensor, torch.Tensor)):
-        return run(bound)
-    _note("all_reduce PREMUL_SUM")
-    with _plain():
-        tensor.mul_(_factor(op))  # the tensor is overwritten by the result anyway
+        return None
+    _note(f"{name} PREMUL_SUM")
     bound.arguments["op"] = dist.ReduceOp.SUM
+    return tensor, _factor(op)
+
+
+def all_reduce(run: Run, bound: inspect.BoundArguments) -> Any:
+    """``PREMUL_SUM``: each rank scales its tensor, then the ranks sum."""
+    premul = _premul_sum(bound, "all_reduce")
+    if premul is not None:
+        tensor, factor = premul
+        with _plain():
+            tensor.mul_(factor)  # the tensor is overwritten by the result anyway
     return run(bound)
 
 
 def reduce(run: Run, bound: inspect.BoundArguments) -> Any:
     """``PREMUL_SUM``: scaled copies are summed; only the destination's tensor changes."""
-    tensor, op = bound.arguments["tensor"], bound.arguments.get("op", dist.ReduceOp.SUM)
-    if not (_is_premul(op) and isinstance(tensor, torch.Tensor)):
+    premul = _premul_sum(bound, "reduce")
+    if premul is None:
         return run(bound)
-    _note("reduce PREMUL_SUM")
+    tensor, factor = premul
     with _plain():
-        scaled = tensor * _factor(op)
-    bound.arguments["tensor"], bound.arguments["op"] = scaled, dist.ReduceOp.SUM
+        scaled = tensor * factor
+    bound.arguments["tensor"] = scaled
     group, dst = bound.arguments.get("group"), bound.arguments.get("dst")
     if dst is None:  # given as a rank in the group
         group_dst = bound.arguments.get("group_dst") or 0

@@ -2,7 +2,7 @@
 
 A :class:`FacadeModule` holds the functions a facade answers itself and looks every other
 name up on the real module at access time, so submodules, constants and exceptions keep
-working. :func:`place` swaps facades into ``sys.modules`` and onto their parent modules
+working. :func:`install_module` swaps facades into ``sys.modules`` and onto their parent modules
 through the :mod:`~torchdevice.ledger`, which puts back exactly what was there.
 
 :func:`rebind_imported` repairs modules imported while a facade was in place: torch's

@@ -272,9 +272,11 @@ def _mark_nccl(api: str, requested: Any, resolved: Any, result: Any) -> None:
     if not dist.is_initialized():
         return
     if requested is not resolved:  # "nccl" resolved to gloo
-        nccl_forms.mark(c10d._get_default_group() if api.endswith("init_process_group") else result)
+        nccl_forms.mark_nccl_group(
+            c10d._get_default_group() if api.endswith("init_process_group") else result
+        )
     elif api.endswith("new_group") and requested is None and nccl_forms.is_nccl_group(None):
-        nccl_forms.mark(result)
+        nccl_forms.mark_nccl_group(result)
 
 
 init_process_group = _with_backend(_ORIGINAL_INIT, "torch.distributed.init_process_group")

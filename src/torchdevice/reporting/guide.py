@@ -30,7 +30,7 @@ from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, rewrite_for
 __all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
 
 
-class Entry(port_rules.PortEntry, Protocol):
+class GuideEntry(port_rules.PortEntry, Protocol):
     """What the guide reads of a report row (:class:`torchdevice.reporting.entries.Entry`):
     what the port reads, and what was decided, how often. A protocol, so that the rows,
     which give their advice from here, sit above the guide and the package's imports run
@@ -67,12 +67,12 @@ def _device_specific(requested: str) -> bool:
     return kind in ("cuda", "mps") or kind.isdigit()
 
 
-def _distributed(entry: Entry) -> bool:
+def _distributed(entry: GuideEntry) -> bool:
     """Whether ``entry`` is a torch.distributed call written for NCCL or CUDA devices."""
     return entry.api.startswith(("torch.distributed.", "torch.nn.parallel."))
 
 
-def to_change(entry: Entry) -> bool:
+def to_change(entry: GuideEntry) -> bool:
     """Whether ``entry`` is a line to change: code written for one device.
 
     A ``"cpu"`` request kept on an accelerator, a device-less factory, an op that fell back
@@ -87,7 +87,7 @@ def to_change(entry: Entry) -> bool:
     return entry.kind == "redirect" and _device_specific(entry.requested)
 
 
-def advice(entry: Entry) -> str:
+def advice(entry: GuideEntry) -> str:
     """What the call of ``entry`` becomes in device-agnostic code (one line): the port's
     rewrite of the call where its file can be read, else the general form."""
     ported = _ported(entry)
@@ -114,7 +114,7 @@ def advice(entry: Entry) -> str:
     return _APIS.get(entry.api, _DEVICE_ARG)
 
 
-def _ported(entry: Entry) -> str | None:
+def _ported(entry: GuideEntry) -> str | None:
     """The port's rewrite of ``entry``'s call in the user's file (``None``: a library's
     file, or one that cannot be read or no longer holds the call)."""
     filename = entry.site.filename
@@ -156,7 +156,7 @@ def origin(filename: str) -> str | None:
 TEXT_LIMIT: Final = 25
 
 
-def _row(entry: Entry) -> str:
+def _row(entry: GuideEntry) -> str:
     site = entry.site
     return (
         f"  {_display_path(site.filename)}:{site.lineno} in {site.function}(): "
@@ -174,17 +174,17 @@ def _display_path(filename: str) -> str:
     return filename if relative.startswith(os.pardir) else relative
 
 
-def _source(entry: Entry) -> str:
+def _source(entry: GuideEntry) -> str:
     return linecache.getline(entry.site.filename, entry.site.lineno).strip()
 
 
-def render_text(entries: Sequence[Entry], header: str, limit: int = TEXT_LIMIT) -> str:
+def render_text(entries: Sequence[GuideEntry], header: str, limit: int = TEXT_LIMIT) -> str:
     """A report's ``entries`` as a porting guide under ``header`` (see the module
     docstring)."""
     if not entries:
         return header
     own = [e for e in entries if origin(e.site.filename) is None]
-    libraries: dict[str, list[Entry]] = {}
+    libraries: dict[str, list[GuideEntry]] = {}
     for entry in entries:
         package = origin(entry.site.filename)
         if package is not None:
@@ -212,7 +212,7 @@ def render_text(entries: Sequence[Entry], header: str, limit: int = TEXT_LIMIT) 
     return "\n".join(lines)
 
 
-def _own_section(entries: Iterable[Entry], changes: int) -> list[str]:
+def _own_section(entries: Iterable[GuideEntry], changes: int) -> list[str]:
     rows = sorted(entries, key=lambda e: (e.site.filename, e.site.lineno, -e.count))
     if not rows:
         return []

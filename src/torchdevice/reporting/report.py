@@ -78,10 +78,10 @@ class MigrationReport:
     def to_json(self) -> str:
         """The report as indented JSON, checked against its schema
         (:mod:`torchdevice.reporting.schema`) first."""
-        from torchdevice.reporting.schema import Report  # noqa: PLC0415 - pydantic on demand
+        from torchdevice.reporting.schema import ReportSchema  # noqa: PLC0415 - pydantic on demand
 
         data = self.to_dict()
-        Report.model_validate(data)
+        ReportSchema.model_validate(data)
         return json.dumps(data, indent=2)
 
     def _processes_text(self) -> str:

@@ -1,6 +1,6 @@
 """The JSON migration report's schema: a versioned pydantic model.
 
-What ``MigrationReport.to_json`` writes is validated against :class:`Report` first, so a
+What ``MigrationReport.to_json`` writes is validated against :class:`ReportSchema` first, so a
 report on disk always matches the schema its ``schema_version`` names; tools that read
 reports (``torchdevice port``, a CI job) can rely on it. The JSON Schema itself is
 published in the docs (``docs/report-schema.json``; ``python -m
@@ -19,13 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from torchdevice.reporting.entries import SCHEMA_VERSION, EventKind
 
-__all__ = ["Entry", "Report", "json_schema"]
+__all__ = ["EntrySchema", "ReportSchema", "json_schema"]
 
 
-class Entry(BaseModel):
+# The JSON forms of a row (reporting.entries.Entry) and of a MigrationReport. Their
+# docstrings and titles are what the published schema says, so they speak of an entry
+# and a report, as a reader of the JSON does.
+
+
+class EntrySchema(BaseModel):
     """One call site: what the code asked for there, what it got, and what to change."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", title="Entry")
 
     file: str = Field(description="The file of the call, as Python names it.")
     line: int = Field(ge=0, description="The line of the call (0: called from C).")
@@ -55,10 +60,10 @@ class Entry(BaseModel):
     advice: str = Field(description="What the call becomes in device-agnostic code.")
 
 
-class Report(BaseModel):
+class ReportSchema(BaseModel):
     """A migration report: every call site that was redirected or fell back."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", title="Report")
 
     schema_version: Literal[1] = Field(description="The version of this schema.")
     host: str = Field(description="The host that ran the code, and its device.")
@@ -66,15 +71,15 @@ class Report(BaseModel):
     call_sites: int = Field(ge=0)
     processes: int = Field(ge=1, description="Processes whose records are merged here.")
     ranks: list[int] = Field(description="The distinct ranks among them, when known.")
-    entries: list[Entry]
+    entries: list[EntrySchema]
 
 
-assert SCHEMA_VERSION == 1, "update Report.schema_version with SCHEMA_VERSION"
+assert SCHEMA_VERSION == 1, "update ReportSchema.schema_version with SCHEMA_VERSION"
 
 
 def json_schema() -> str:
-    """The JSON Schema of :class:`Report`, as published in the docs."""
-    return json.dumps(Report.model_json_schema(), indent=2, sort_keys=True) + "\n"
+    """The JSON Schema of :class:`ReportSchema`, as published in the docs."""
+    return json.dumps(ReportSchema.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
 if __name__ == "__main__":

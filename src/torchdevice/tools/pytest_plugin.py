@@ -53,7 +53,6 @@ registered only when xdist is there.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections import Counter
 from collections.abc import Generator, Iterator
@@ -63,7 +62,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import pytest
 
-from torchdevice import program
+from torchdevice import ledger, program
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError, UnsupportedFeatureError
 from torchdevice.host import HOST_CHOICES
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
     from torchdevice.runtime import Runtime
 
 __all__ = [
+    "LIFETIME",
     "MARKER",
     "REPORT_KEY",
     "SKIP_MARKER",
@@ -89,6 +89,7 @@ __all__ = [
     "pytest_sessionfinish",
     "pytest_terminal_summary",
     "pytest_unconfigure",
+    "spots",
     "torchdevice_fixture",
 ]
 
@@ -106,7 +107,15 @@ _HOST_ENV = "TORCHDEVICE_HOST"
 _INTERCEPT_ENV = "TORCHDEVICE_INTERCEPT"
 #: The tiers ``--torchdevice-intercept`` takes (the ``intercept`` setting's values).
 _INTERCEPTS: tuple[str, ...] = get_args(Intercept)
-_UNSET = "\0unset"
+#: The ledger lifetime of the variables a run sets for its children: they outlive an
+#: activation (a ``torchdevice_native`` test disables and re-enables redirection mid-run)
+#: and leave at the end of the session, where ``disable()`` leaves them be.
+LIFETIME = "pytest session"
+
+
+def spots() -> tuple[ledger.Spot, ...]:
+    """The variables a run sets (:data:`LIFETIME`), as the pristine check reads them."""
+    return tuple(ledger.env_spot(name) for name in (_ENV, _HOST_ENV, _INTERCEPT_ENV))
 
 
 @dataclasses.dataclass
@@ -115,12 +124,9 @@ class _State:
 
     #: ``--torchdevice`` was given and this plugin enabled redirection.
     enabled: bool = False
-    #: ``os.environ[ACTIVATE_TORCH_DEVICE]`` before we set it (``_UNSET`` if absent).
-    saved_env: str = _UNSET
-    #: ``os.environ[TORCHDEVICE_HOST]`` before ``--torchdevice-host`` set it (None: not set).
-    saved_host: str | None = None
-    #: ``os.environ[TORCHDEVICE_INTERCEPT]`` before ``--torchdevice-intercept`` set it.
-    saved_intercept: str | None = None
+    #: The ledger group of the variables this run set (:data:`LIFETIME`); one per run, so
+    #: that a run inside a run (pytester's in-process runs) undoes only its own.
+    group: str = ""
     #: Reports received from xdist workers (plain dicts, as ``MigrationReport.to_dict``).
     worker_reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: The merged report, once written.
@@ -236,37 +242,21 @@ def _start(config: pytest.Config, host: str | None, intercept: str | None = None
     state = _state(config)
     if state.enabled:
         return
-    state.saved_env = os.environ.get(_ENV, _UNSET)
-    os.environ[_ENV] = "1"  # xdist workers and subprocesses import torchdevice enabled
-    if host is not None:
-        state.saved_host = os.environ.get(_HOST_ENV, _UNSET)
-        os.environ[_HOST_ENV] = host  # ... and force the same host
-    if intercept is not None:
-        state.saved_intercept = os.environ.get(_INTERCEPT_ENV, _UNSET)
-        os.environ[_INTERCEPT_ENV] = intercept  # ... in the same tier
+    state.group = f"pytest run {id(config):#x}: variables for child processes"
+    # xdist workers and subprocesses import torchdevice enabled, on the same host and in
+    # the same tier.
+    for variable, value in ((_ENV, "1"), (_HOST_ENV, host), (_INTERCEPT_ENV, intercept)):
+        if value is not None:
+            ledger.set_env(state.group, variable, value, LIFETIME)
     try:
         _activation().enable_for(program.of_main, {})
     except SettingsError as exc:  # a bad TORCHDEVICE_* value or a host the machine
-        _restore_env(state)  # cannot be: one line, before any test, environment as it was
-        raise pytest.UsageError(str(exc)) from None
+        ledger.undo(state.group, LIFETIME)  # cannot be: one line, before any test,
+        raise pytest.UsageError(str(exc)) from None  # the environment as it was
     except BaseException:
-        _restore_env(state)
+        ledger.undo(state.group, LIFETIME)
         raise
     state.enabled = True
-
-
-def _restore_env(state: _State) -> None:
-    """Put back the variables :func:`_start` set for this process and its children."""
-    for variable, saved in (
-        (_ENV, state.saved_env),
-        (_HOST_ENV, state.saved_host),
-        (_INTERCEPT_ENV, state.saved_intercept),
-    ):
-        if saved == _UNSET:
-            os.environ.pop(variable, None)
-        elif saved is not None:
-            os.environ[variable] = saved
-    state.saved_host = state.saved_intercept = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -341,9 +331,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_STATE, None)
     if state is None or not state.enabled:
         return
-    _activation().disable()
-    _restore_env(state)
-    state.enabled = False
+    try:
+        _activation().disable()
+    finally:
+        ledger.undo(state.group, LIFETIME)
+        state.enabled = False
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

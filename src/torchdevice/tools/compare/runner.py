@@ -19,6 +19,7 @@ from typing import TextIO
 import psutil
 
 from torchdevice.errors import SettingsError
+from torchdevice.host import HOST_CHOICES
 from torchdevice.tools.compare.model import RunResult, TestResult, compare_runs
 from torchdevice.tools.compare.render import rate, write
 from torchdevice.tools.compare_plugin import CHECK_VAR, ENV_VAR
@@ -278,7 +279,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--host",
         default=os.environ.get(_HOST_VAR) or None,
-        choices=["cpu", "mps", "cuda", "simulated-mps"],
+        choices=HOST_CHOICES,
         help="run the redirected run as on this host (--torchdevice-host), e.g. "
         "simulated-mps; default: $TORCHDEVICE_HOST, else the host this machine is",
     )
