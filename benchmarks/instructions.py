@@ -23,7 +23,10 @@ Workloads: ``generate`` (per new token of the 2-layer GPT-2 of ``workloads.py``)
 ``train-eager`` (per step of ``_gpt.py``'s tiny GPT), ``dataloader`` (per batch of
 ``workloads.py``'s epoch, 2 forked workers and the pin-memory thread included: the workers run
 inside the collected loop, so their instructions are in files of their own, summed here),
-``factory`` (per ``torch.zeros(4, device="cuda")``, native ``zeros(4)``).
+``factory`` (per ``torch.zeros(4, device="cuda")``, native ``zeros(4)``), ``ddp-step`` (per
+step of ``_ddp_step.py``'s training step in one rank: the NCCL script on gloo, native the gloo
+script; one rank, so what is counted is the step's own work and its closing all-reduce, not
+the wait for a peer) and ``all-reduce`` (per ``dist.all_reduce`` of a scalar in that rank).
 """
 
 from __future__ import annotations
@@ -44,9 +47,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("native", "do-nothing mode", "mode", "entry-points")
-WORKLOADS = ("generate", "train-eager", "dataloader", "factory")
+WORKLOADS = ("generate", "train-eager", "dataloader", "factory", "ddp-step", "all-reduce")
 #: Units of work per measured loop, per workload (more for the factory: one unit is tiny).
-UNITS = {"generate": 2, "train-eager": 3, "dataloader": 2, "factory": 500}
+UNITS = {
+    "generate": 2,
+    "train-eager": 3,
+    "dataloader": 2,
+    "factory": 500,
+    "ddp-step": 20,
+    "all-reduce": 50,
+}
 
 
 def _build(workload: str, side: str) -> tuple[Callable[[], None], int]:
@@ -108,12 +118,63 @@ def _build(workload: str, side: str) -> tuple[Callable[[], None], int]:
                 images.sum() + targets.sum()
 
         return epoch, len(Images()) // 32
+    if workload in ("ddp-step", "all-reduce"):
+        return _one_rank(workload, redirected), 1
     if workload == "factory":
         zeros = torch.zeros
         if redirected:
             return functools.partial(zeros, 4, device="cuda"), 1
         return functools.partial(zeros, 4), 1
     raise ValueError(workload)
+
+
+def _one_rank(workload: str, redirected: bool) -> Callable[[], None]:
+    """A world of one rank, as ``_ddp_step.py`` writes it: for NCCL when redirected."""
+    import socket  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+    from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 1))
+    if redirected:
+        dist.init_process_group(backend="nccl")
+        torch.cuda.set_device(0)
+        device = "cuda"
+        ddp = DistributedDataParallel(model.cuda(), device_ids=[0], output_device=0)
+    else:
+        dist.init_process_group(backend="gloo")
+        device = "cpu"
+        ddp = DistributedDataParallel(model)
+    if workload == "all-reduce":
+        scalar = torch.zeros((), device=device)
+        return lambda: dist.all_reduce(scalar)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 32, 128, generator=generator).to(device)
+    y = torch.randn(2, 32, 1, generator=generator).to(device)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        total = torch.zeros((), device=device)
+        for index in range(2):
+            loss = ((ddp(x[index]) - y[index]) ** 2).mean()
+            if index == 0:
+                with ddp.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+            total += loss.detach()
+        optimizer.step()
+        dist.all_reduce(total)
+
+    return step
 
 
 def child(workload: str, side: str, units: int) -> None:

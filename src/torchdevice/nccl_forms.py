@@ -51,7 +51,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-__all__ = ["ADAPTERS", "DoneWork", "Run", "is_nccl_group", "mark_nccl_group"]
+__all__ = [
+    "ADAPTERS",
+    "PREMUL_ONLY",
+    "DoneWork",
+    "Run",
+    "is_nccl_group",
+    "is_premul",
+    "mark_nccl_group",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -124,7 +132,12 @@ def _bytes(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(torch.uint8) if tensor.dtype in _AS_BYTES else tensor
 
 
-def _is_premul(op: Any) -> bool:
+#: The collectives whose one NCCL-only form is ``ReduceOp.PREMUL_SUM``: with any other op
+#: they run as they are (their adapters pass them through).
+PREMUL_ONLY = frozenset({"all_reduce", "reduce"})
+
+
+def is_premul(op: Any) -> bool:
     """Whether ``op`` (a ``ReduceOp``, or the ``RedOpType`` of the defaults) is PREMUL_SUM."""
     return bool(getattr(op, "op", op) == dist.ReduceOp.PREMUL_SUM)
 
@@ -194,7 +207,7 @@ def reduce_scatter_tensor(run: Run, bound: inspect.BoundArguments) -> Any:
         return run(bound)
     world = _size(bound)
     gloo_form = (world * output.shape[0], *output.shape[1:]) if output.dim() else (world,)
-    premul = _is_premul(op)
+    premul = is_premul(op)
     if (
         output.dtype != input_.dtype
         or input_.numel() != world * output.numel()
@@ -220,7 +233,7 @@ def _premul_sum(
     """``(tensor, factor)`` of a ``PREMUL_SUM`` collective on one ``tensor``, whose op this
     makes ``SUM`` (the caller scales); ``None`` for any other call, which runs as it is."""
     tensor, op = bound.arguments["tensor"], bound.arguments.get("op", dist.ReduceOp.SUM)
-    if not (_is_premul(op) and isinstance(tensor, torch.Tensor)):
+    if not (is_premul(op) and isinstance(tensor, torch.Tensor)):
         return None
     _note(f"{name} PREMUL_SUM")
     bound.arguments["op"] = dist.ReduceOp.SUM
@@ -257,7 +270,7 @@ def reduce(run: Run, bound: inspect.BoundArguments) -> Any:
 def reduce_scatter(run: Run, bound: inspect.BoundArguments) -> Any:
     """``PREMUL_SUM``: each rank scales (copies of) its inputs, then the ranks sum."""
     inputs, op = bound.arguments["input_list"], bound.arguments.get("op", dist.ReduceOp.SUM)
-    if not _is_premul(op):
+    if not is_premul(op):
         return run(bound)
     _note("reduce_scatter PREMUL_SUM")
     with _plain():

@@ -29,8 +29,11 @@ keep the originals, as for the other wrappers.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -144,8 +147,10 @@ def off_the_stack() -> Iterator[None]:
             _push_mode(entry)  # type: ignore[no-untyped-call]
 
 
-#: How long a synchronous call waits for gloo's worker to let go of its tensors.
+#: How long the exit handler waits for gloo's workers to let go of the tensors held.
 _RELEASE_WAIT_S = 2.0
+#: Held tensors past which a call waits for the oldest to be let go (a bound on memory).
+_HELD_MAX = 64
 
 
 def _given_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
@@ -161,9 +166,75 @@ def _given_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.
     return found
 
 
+class _Held:
+    """Tensors a synchronous collective returned while gloo's worker still held them, each
+    with the use count it returns to once the worker lets go; kept (a Python reference)
+    until then, so that the worker's drop is never a tensor's last reference.
+
+    Let go of at the next synchronous collective, or at exit (:meth:`at_exit`, an
+    ``atexit`` handler registered with the first tensor held, before the interpreter
+    finalizes: it waits, bounded, for the workers and then drops them in the main thread).
+    A forked child drops what its parent held without waiting: the workers are not there.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tensors: list[tuple[torch.Tensor, int]] = []
+        self._pid = 0  # the process the list belongs to; 0: no exit handler yet
+
+    def __bool__(self) -> bool:
+        return bool(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is held now."""
+        return any(kept is tensor for kept, _ in self._tensors)
+
+    def keep(self, still: list[tuple[torch.Tensor, int]]) -> None:
+        """Let go of what the workers released; keep ``still`` (tensors a worker holds now,
+        each with the use count it returns to)."""
+        with self._lock:
+            if self._pid != os.getpid():
+                if not self._pid:
+                    atexit.register(self.at_exit)
+                self._pid = os.getpid()
+                self._tensors.clear()  # a forked child's: its workers are not here
+            kept = [
+                (tensor, count)
+                for tensor, count in self._tensors
+                if tensor._use_count() > count  # type: ignore[attr-defined]
+            ]
+            kept.extend(still)
+            if len(kept) > _HELD_MAX:
+                self._wait(kept[: len(kept) - _HELD_MAX])
+                del kept[: len(kept) - _HELD_MAX]
+            self._tensors = kept
+
+    @staticmethod
+    def _wait(entries: list[tuple[torch.Tensor, int]]) -> None:
+        """Wait (bounded, yielding the GIL) for the workers to let go of ``entries``."""
+        deadline = time.monotonic() + _RELEASE_WAIT_S
+        for tensor, count in entries:
+            while tensor._use_count() > count and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                time.sleep(0.0005)
+
+    def at_exit(self) -> None:
+        """Before the interpreter finalizes: wait for the workers, then drop everything."""
+        with self._lock:
+            if self._pid == os.getpid():
+                self._wait(self._tensors)
+            self._tensors.clear()
+
+
+#: The tensors gloo's workers still hold after synchronous collectives returned.
+held = _Held()
+
+
 def _released(original: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``original`` so that, called synchronously, it returns only once the process
-    group's worker thread has let go of the tensors it was given.
+    """Wrap ``original`` so that, called synchronously, the tensors it was given outlive
+    gloo's hold on them (:data:`held`).
 
     A gloo work holds its tensors (``at::Tensor``) until the worker thread drops the work,
     which it does just after marking it complete: right after a synchronous collective
@@ -174,8 +245,9 @@ def _released(original: Callable[..., Any]) -> Callable[..., Any]:
     alive for the C++ owner, and the worker must take the GIL to free it. When that
     happens while the main thread finalizes the interpreter, taking the GIL ends the
     worker thread inside the work's destructor and the rank aborts ("terminate called
-    without an active exception", issue 19: native stack in docs/limitations.md). The
-    wait yields the GIL (``time.sleep(0)``) and is bounded; it is usually not entered.
+    without an active exception", issue 19: native stack in docs/limitations.md). Holding
+    a reference until the worker let go closes the window without waiting for it (a wait
+    after every call cost about 50 us of a 36 us all-reduce, benchmarks/README.md).
     Natively the same window exists; calls with ``async_op=True`` return their work to
     the caller, who decides when the tensors go.
     """
@@ -185,11 +257,14 @@ def _released(original: Callable[..., Any]) -> Callable[..., Any]:
         tensors = _given_tensors(args, kwargs)
         counts = [tensor._use_count() for tensor in tensors]  # type: ignore[attr-defined]
         result = original(*args, **kwargs)
-        if result is None and tensors:
-            deadline = time.monotonic() + _RELEASE_WAIT_S
-            for tensor, count in zip(tensors, counts, strict=True):
-                while tensor._use_count() > count and time.monotonic() < deadline:  # type: ignore[attr-defined]
-                    time.sleep(0)
+        if result is None:
+            still = [
+                (tensor, count)
+                for tensor, count in zip(tensors, counts, strict=True)
+                if tensor._use_count() > count  # type: ignore[attr-defined]
+            ]
+            if still or held:
+                held.keep(still)
         return result
 
     return wrapper
@@ -402,6 +477,9 @@ def _collective(name: str) -> Callable[..., Any]:
     original = _RELEASED[name]
     signature = inspect.signature(native)
     adapter = nccl_forms.ADAPTERS.get(name)
+    # A reduction whose op is not PREMUL_SUM, with nothing to stage, runs as it is: told
+    # from the op's place in the call, without binding it (the per-step all-reduce).
+    op_at = list(signature.parameters).index("op") if name in nccl_forms.PREMUL_ONLY else -1
 
     @functools.wraps(native)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -410,6 +488,10 @@ def _collective(name: str) -> Callable[..., Any]:
             if rt is None or rt.host.kind == "cuda":
                 return native(*args, **kwargs)
             device_type = staging_device(rt)
+            if op_at >= 0 and device_type is None:
+                op = kwargs["op"] if "op" in kwargs else args[op_at] if len(args) > op_at else None
+                if op is None or not nccl_forms.is_premul(op):
+                    return original(*args, **kwargs)
             bound = signature.bind_partial(*args, **kwargs)
             if adapter is None or not nccl_forms.is_nccl_group(bound.arguments.get("group")):
                 if device_type is None:
