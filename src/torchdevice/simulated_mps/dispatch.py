@@ -21,7 +21,7 @@ from torch.utils._mode_utils import no_dispatch
 __all__ = [
     "CPU",
     "CPU_KEYS",
-    "argument",
+    "argument_value",
     "below_python",
     "draws_random_numbers",
     "is_view",
@@ -184,7 +184,7 @@ def with_argument(
     return args, {**kwargs, name: value}
 
 
-def argument(
+def argument_value(
     args: tuple[Any, ...], kwargs: dict[str, Any], argument_names: list[str], index: int
 ) -> Any:
     """The value of the ``index``-th schema argument, given positionally or by keyword."""

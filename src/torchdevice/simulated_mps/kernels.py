@@ -23,7 +23,7 @@ from torchdevice.simulated_mps.device_module import DeviceModule
 from torchdevice.simulated_mps.dispatch import (
     CPU,
     CPU_KEYS,
-    argument,
+    argument_value,
     below_python,
     draws_random_numbers,
     is_view,
@@ -298,7 +298,7 @@ class Kernels:
         on the device storage the CPU result's memory belongs to (an input's for views)."""
         if written and any(index is not None for index in written):
             originals = [
-                argument(args, kwargs, argument_names, index) if index is not None else None
+                argument_value(args, kwargs, argument_names, index) if index is not None else None
                 for index in written
             ]
             if len(written) == 1:
