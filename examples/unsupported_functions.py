@@ -13,7 +13,7 @@ Part 2, the CPU fallback. When the accelerator cannot run an op (MPS lacks sever
 torchdevice reruns it on the CPU and moves the result back, with autograd intact; float64,
 which MPS lacks, is narrowed to float32 and logged. On a CPU-only host there is no
 accelerator, so nothing can fall back; to show the real code path anyway, part 2 runs in
-a child process on torchdevice's *simulated accelerator* (``torchdevice.testing``: a real
+a child process on torchdevice's *simulated accelerator* (``torchdevice.simulated_mps``: a real
 PyTorch backend, ``simgpu``, that holds data in CPU memory and has the ops MPS has in the
 installed torch, no more: it lacks ``torch.special.ndtri``, for one), which torchdevice treats
 as an MPS host. It runs in its own process because
@@ -107,7 +107,7 @@ def close(got: list[float], expected: list[float]) -> bool:
 
 def fallback_on_the_simulated_accelerator() -> int:
     """Run CUDA-first code on the simulated accelerator; show fallback and dtype rule."""
-    from torchdevice.testing import register  # noqa: PLC0415 - only in the child
+    from torchdevice.simulated_mps import register  # noqa: PLC0415 - only in the child
 
     # Register first: PyTorch must know the device type before torchdevice redirects to it,
     # and its autograd engine sizes its device queues at the first backward pass.

@@ -1,6 +1,6 @@
 """Run a test module in a child pytest process and mirror its outcomes in the parent.
 
-Registering the simulated accelerator (``torchdevice.testing.register``) is permanent and
+Registering the simulated accelerator (``torchdevice.simulated_mps.register``) is permanent and
 process-wide, so modules that need it run themselves once in a fresh interpreter with
 ``TORCHDEVICE_SIMGPU_CHILD=1``; each parent-side test reports its own case's outcome.
 

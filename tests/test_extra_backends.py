@@ -69,39 +69,103 @@ def test_a_choice_nobody_announced_is_refused(announcements: dict[str, ExtraBack
         forced_host("other-mps")  # type: ignore[arg-type]
 
 
-def test_the_simulated_device_announces_itself_when_its_provider_is_imported() -> None:
-    """In a fresh process: asking the registry for ``"simulated-mps"`` imports the provider,
-    which announces the simulated device without registering it (no C++ build)."""
+def test_the_simulated_device_is_found_through_its_entry_point_only_when_asked() -> None:
+    """In a fresh process: ``import torchdevice`` reads no entry points and imports no
+    provider; asking the registry for ``"simulated-mps"`` loads the ``torchdevice.backends``
+    entry point, which announces the simulated device without registering it (no C++
+    build)."""
     code = textwrap.dedent(
         """
         import sys
         import torchdevice
         from torchdevice import extra_backends
+        assert "torchdevice.simulated_mps" not in sys.modules
         assert "torchdevice.testing" not in sys.modules
+        assert extra_backends._declared.cache_info().currsize == 0
         backend = extra_backends.announced("simulated-mps")
-        assert "torchdevice.testing" in sys.modules
+        assert "torchdevice.simulated_mps" in sys.modules
+        assert "torchdevice.testing" not in sys.modules
         print(backend.choice, backend.stands_for, backend.device_type(),
-              extra_backends.running("mps"))
+              extra_backends.running("mps"), extra_backends.choices())
         """
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["simulated-mps", "mps", "None", "None"]
+    assert result.stdout.split() == ["simulated-mps", "mps", "None", "None", "('simulated-mps',)"]
 
 
-def test_the_core_names_no_provider_but_in_the_registry_table() -> None:
-    """Only :data:`~torchdevice.extra_backends.PROVIDERS` says where a backend comes from;
-    the rest of the core (the testing package aside) never imports or looks it up."""
+def test_the_package_declares_the_simulated_device_in_the_entry_point_group() -> None:
+    """pyproject.toml's ``torchdevice.backends`` group, as the installed metadata has it."""
+    from importlib.metadata import entry_points
+
+    declared = {entry.name: entry.value for entry in entry_points(group=extra_backends.GROUP)}
+    assert declared["simulated-mps"] == "torchdevice.simulated_mps:extra_backend"
+
+
+class _Entry:
+    """An entry point as :func:`importlib.metadata.entry_points` gives one."""
+
+    def __init__(self, name: str, factory: object) -> None:
+        self.name = name
+        self.value = f"tests:{name}"
+        self.loaded = 0
+        self._factory = factory
+
+    def load(self) -> object:
+        self.loaded += 1
+        return self._factory
+
+
+def test_another_distribution_announces_a_backend_through_the_group(
+    announcements: dict[str, ExtraBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+    entry = _Entry("fake-mps", lambda: _fake(started))
+    monkeypatch.setattr(extra_backends, "_declared", lambda: {"fake-mps": entry})
+    assert extra_backends.choices() == ("fake-mps",)
+    assert entry.loaded == 0  # listing the choices imports no provider
+    assert forced_host("fake-mps") == Host.simulated("fakegpu")  # type: ignore[arg-type]
+    assert (entry.loaded, started) == (1, ["fakegpu"])
+    assert extra_backends.announced("fake-mps") is announcements["fake-mps"]
+    assert entry.loaded == 1  # loaded once, then announced
+
+
+def test_an_entry_point_that_gives_no_backend_for_its_choice_is_a_type_error(
+    announcements: dict[str, ExtraBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = _Entry("other-mps", lambda: _fake([]))  # announces "fake-mps", not "other-mps"
+    monkeypatch.setattr(extra_backends, "_declared", lambda: {"other-mps": entry})
+    with pytest.raises(
+        TypeError,
+        match=r"^the 'torchdevice.backends' entry point 'other-mps' \(tests:other-mps\) "
+        r"must return an ExtraBackend for host 'other-mps', and returned "
+        r"ExtraBackend\(choice='fake-mps'",
+    ):
+        extra_backends.announced("other-mps")
+    assert announcements == {}
+
+
+def test_the_core_names_no_provider() -> None:
+    """Only the entry-point group says where a backend comes from: no module of the core
+    (the simulated package and the test helpers aside) imports it, or names it in a string
+    (``importlib.import_module("torchdevice.simulated_mps")``); docstrings may mention it."""
     offenders = [
         str(path.relative_to(SRC))
         for path in SRC.rglob("*.py")
-        if path.parts[len(SRC.parts)] != "testing"
-        and path.name != "extra_backends.py"
+        if path.parts[len(SRC.parts)] not in {"testing", "simulated_mps"}
         and any(
             needle in path.read_text(encoding="utf-8")
-            for needle in ("import testing", "torchdevice.testing import", "testing.simulated")
+            for needle in (
+                "from torchdevice.simulated_mps",
+                "import torchdevice.simulated_mps",
+                "import simulated_mps",
+                '"torchdevice.simulated_mps',
+                "'torchdevice.simulated_mps",
+                "torchdevice.testing import",
+                "import testing",
+            )
         )
     ]
     assert offenders == []

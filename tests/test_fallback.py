@@ -1,7 +1,7 @@
 """CPU fallback, exercised on the simulated accelerator: real data, really missing ops.
 
 CUDA-first code runs on a simulated MPS host whose tensors live on ``simgpu``
-(``torchdevice.testing``); ops simgpu lacks must rerun on the CPU and match a CPU
+(``torchdevice.simulated_mps``); ops simgpu lacks must rerun on the CPU and match a CPU
 reference, and every other error must come through unchanged. The module runs in a child
 process (registering the backend is permanent); see ``childrun.py``.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchdevice.testing import mps_ops
+from torchdevice.simulated_mps import mps_ops
 
 SAMPLE = """\
 # A comment at column 0

@@ -1,4 +1,4 @@
-"""The simulated accelerator (torchdevice.testing): real data, real autograd, MPS's op set.
+"""The simulated accelerator (torchdevice.simulated_mps): real data, real autograd, MPS's op set.
 
 Registering the backend is permanent and process-wide (``torch.accelerator`` starts reporting
 it, ``pin_memory=True`` starts asking it for pinned memory), so these tests never register it in
@@ -71,8 +71,8 @@ def test_register_is_idempotent_and_permanent(simgpu):
 
 def test_the_sparse_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
     """Sparse COO kernels: exactly MPS's (``SparseMPS``) that the CPU has (``SparseCPU``)."""
+    from torchdevice.simulated_mps.mps_ops import dispatch_keys
     from torchdevice.testing import registered_sparse_overloads, supported_sparse_ops
-    from torchdevice.testing.mps_ops import dispatch_keys
 
     sparse = supported_sparse_ops()
     assert registered_sparse_overloads() == sparse
@@ -86,13 +86,13 @@ def test_the_sparse_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
 
 def test_the_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
     """Supported: a CPU kernel and an MPS one in native_functions.yaml; missing: CPU only."""
+    from torchdevice.simulated_mps.mps_ops import MPS_CPU_FALLBACK_OPS, dispatch_keys
+    from torchdevice.simulated_mps.op_set import LEFT_OUT
     from torchdevice.testing import missing_ops, registered_overloads, supported_ops
-    from torchdevice.testing.mps_ops import MPS_CPU_FALLBACK_OPS, dispatch_keys
-    from torchdevice.testing.simulated import _LEFT_OUT
 
     supported, missing = supported_ops(), missing_ops()
     assert not supported & missing
-    assert supported - registered_overloads() == set(_LEFT_OUT), "an overload has no kernel"
+    assert supported - registered_overloads() == set(LEFT_OUT), "an overload has no kernel"
     assert not missing & registered_overloads(), "a missing overload has a kernel"
     keys = dispatch_keys()
     by_hand = supported & MPS_CPU_FALLBACK_OPS  # MPS reruns these on the CPU by itself

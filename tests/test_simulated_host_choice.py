@@ -241,5 +241,30 @@ def test_without_a_compiler_the_error_is_one_line(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_the_build_is_every_source_of_csrc_and_its_fingerprint_covers_the_header(
+    tmp_path: Path,
+) -> None:
+    """The C++ half is several files compiled into one library (``simulated_mps/native.py``):
+    every ``.cpp`` of ``csrc/`` is a source, and editing the header they share rebuilds it."""
+    import shutil
+
+    from torchdevice.simulated_mps import native
+
+    sources = native.sources()
+    assert [path.name for path in sources] == sorted(
+        path.name for path in native.source_directory().glob("*.cpp")
+    )
+    assert {"allocator.cpp", "guard.cpp", "hooks.cpp", "kernels.cpp", "operators.cpp"} <= {
+        path.name for path in sources
+    }
+    copied = tmp_path / "csrc"
+    shutil.copytree(native.source_directory(), copied)
+    before = native._fingerprint(copied)
+    assert native._fingerprint(copied) == before
+    header = copied / "simulated.h"
+    header.write_text(header.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
+    assert native._fingerprint(copied) != before
+
+
 def test_this_process_never_registered_the_backend() -> None:
     assert torch._C._get_privateuse1_backend_name() == "privateuseone"

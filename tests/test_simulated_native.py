@@ -359,7 +359,7 @@ def test_default_compile_runs_on_the_device_with_eager_results(simgpu, compilers
         )
 
     torch._dynamo.reset()
-    with caplog.at_level("WARNING", logger="torchdevice.testing"):
+    with caplog.at_level("WARNING", logger="torchdevice.simulated_mps"):
         sim_losses, sim_weights, sim_fused = train(NAME)
     assert sim_losses == train_eager_losses(), "compiled losses differ from eager CPU ones"
     assert torch.equal(sim_fused, fused(on_device("cpu")))
@@ -368,7 +368,7 @@ def test_default_compile_runs_on_the_device_with_eager_results(simgpu, compilers
     eager_sgd(reference)
     for mine, theirs in zip(sim_weights, reference.parameters(), strict=True):
         assert torch.equal(mine, theirs.detach())
-    warnings = [r.getMessage() for r in caplog.records if r.name == "torchdevice.testing"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "torchdevice.simulated_mps"]
     assert len(warnings) == 1, warnings
     assert "backend='aot_eager'" in warnings[0]
     assert "(simgpu)" in warnings[0]

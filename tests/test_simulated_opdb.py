@@ -2,7 +2,7 @@
 
 Every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` that the CPU
 runs in float32 is called on the simulated accelerator (whose op set is MPS's, see
-``torchdevice.testing.mps_ops``) under ``torchdevice.enable`` on a simulated MPS host, and
+``torchdevice.simulated_mps.mps_ops``) under ``torchdevice.enable`` on a simulated MPS host, and
 compared with the same call on the CPU: forward, and backward (``torch.autograd.grad``)
 where the OpInfo supports autograd; int64 and complex64 forward too. An op MPS lacks must
 give the CPU's result through the fallback; an op it has must give it on the device.
@@ -61,7 +61,7 @@ REASONS = {
     # PyTorch's own MPS fallback, which torchdevice switches on at import, covers it.
     BACKWARD_KERNEL: "backward kernel MPS lacks, run by autograd below the function mode",
     # Sparse layouts MPS has no kernel for: the device registers MPS's SparseMPS (COO) set
-    # (testing.simulated.supported_sparse_ops); CSR and sparse.mm's reductions are not in it,
+    # (simulated_mps.supported_sparse_ops); CSR and sparse.mm's reductions are not in it,
     # so they raise NotImplementedError naming the sparse key, as on a Mac.
     SPARSE: "sparse layout or op MPS has no sparse kernel for",
     # An explicit float64 asked of a transfer, a conversion (.double()) or an op's dtype=

@@ -3,18 +3,27 @@ and a backend registered from outside it.
 
 A backend registered with torch at run time (``torch.utils.rename_privateuse1_backend`` and
 ``torch._register_device_module``), such as the simulated MPS device of
-:mod:`torchdevice.testing`, can stand in for a host kind. It announces itself here with an
-:class:`ExtraBackend`: the host choice that asks for it (``"simulated-mps"``), the host kind
-it stands for (``"mps"``), and how to start it and find its device type. The host probe
+:mod:`torchdevice.simulated_mps`, can stand in for a host kind. It announces itself here with
+an :class:`ExtraBackend`: the host choice that asks for it (``"simulated-mps"``), the host
+kind it stands for (``"mps"``), and how to start it and find its device type. The host probe
 (:mod:`torchdevice.host`) asks this registry, and nothing in the core names the package that
 provides a backend or calls into it: a host whose accelerator is an extra backend is a
 :class:`~torchdevice.host.Host` with a ``device_type``, which the runtime and the facade
 treat like any device type registered with torch.
 
 A host choice can be made before its provider was imported (``TORCHDEVICE_HOST`` in a child
-process): :data:`PROVIDERS` says which module announces it when imported. That table is
-data; the provider's module registers itself (its ``announce()`` call), the core never
-reaches into it.
+process). A distribution declares its backends in the :data:`GROUP` entry-point group, one
+entry per host choice, naming a callable that returns the :class:`ExtraBackend` (torchdevice's
+own ``pyproject.toml`` declares ``simulated-mps`` so)::
+
+    [project.entry-points."torchdevice.backends"]
+    simulated-npu = "my_backend.torchdevice_hook:extra_backend"
+
+The group is read lazily, only when a choice nobody announced is asked for
+(:func:`announced`) or the choices are listed (:func:`choices`): ``import torchdevice`` reads
+no package metadata and imports no provider. A provider may also announce itself when
+imported (:func:`announce`), which is how :func:`running` finds a backend someone started
+directly.
 
 This module imports nothing from torchdevice: :mod:`torchdevice.host` asks it, so a host kind
 is a plain string here (one of ``host.HOST_KINDS``).
@@ -22,13 +31,16 @@ is a plain string here (one of ``host.HOST_KINDS``).
 
 from __future__ import annotations
 
-import importlib
+import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["PROVIDERS", "ExtraBackend", "announce", "announced", "running", "start"]
+if TYPE_CHECKING:  # importlib.metadata costs milliseconds: read only when asked (see above)
+    from importlib.metadata import EntryPoint
+
+__all__ = ["GROUP", "ExtraBackend", "announce", "announced", "choices", "running", "start"]
 
 
 @dataclass(frozen=True)
@@ -46,8 +58,9 @@ class ExtraBackend:
     device_type: Callable[[], str | None]
 
 
-#: Host choice -> the module that announces its backend when imported.
-PROVIDERS: Final[dict[str, str]] = {"simulated-mps": "torchdevice.testing"}
+#: The entry-point group a distribution declares its extra backends in: each entry is named
+#: after its host choice and names a callable returning the :class:`ExtraBackend`.
+GROUP: Final = "torchdevice.backends"
 
 _lock = threading.Lock()
 _announced: dict[str, ExtraBackend] = {}
@@ -59,14 +72,43 @@ def announce(backend: ExtraBackend) -> None:
         _announced[backend.choice] = backend
 
 
+@functools.cache
+def _declared() -> Mapping[str, EntryPoint]:
+    """The entry points of :data:`GROUP` in the installed distributions, by host choice (the
+    metadata is read once per process; no provider is imported)."""
+    from importlib.metadata import entry_points  # noqa: PLC0415 - only when asked (see above)
+
+    return {entry.name: entry for entry in entry_points(group=GROUP)}
+
+
+def choices() -> tuple[str, ...]:
+    """Every host choice an extra backend answers, sorted: those declared in :data:`GROUP`
+    and those announced in this process."""
+    with _lock:
+        known = set(_announced)
+    return tuple(sorted(known | set(_declared())))
+
+
 def announced(choice: str) -> ExtraBackend | None:
-    """The backend announced for ``choice``, importing its provider if need be."""
+    """The backend announced for ``choice``, loading its :data:`GROUP` entry point if need be.
+
+    Raises ``TypeError`` when the entry point gives anything but an :class:`ExtraBackend` for
+    ``choice``.
+    """
     with _lock:
         backend = _announced.get(choice)
-    if backend is None and choice in PROVIDERS:
-        importlib.import_module(PROVIDERS[choice])  # it announces itself when imported
-        with _lock:
-            backend = _announced.get(choice)
+    if backend is not None:
+        return backend
+    entry = _declared().get(choice)
+    if entry is None:
+        return None
+    backend = entry.load()()
+    if not isinstance(backend, ExtraBackend) or backend.choice != choice:
+        raise TypeError(
+            f"the {GROUP!r} entry point {choice!r} ({entry.value}) must return an "
+            f"ExtraBackend for host {choice!r}, and returned {backend!r}"
+        )
+    announce(backend)
     return backend
 
 

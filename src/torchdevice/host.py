@@ -32,11 +32,13 @@ __all__ = [
 
 HostKind = Literal["cpu", "mps", "cuda"]
 #: What a user can force (``--host``, ``TORCHDEVICE_HOST``): a host kind, or the simulated
-#: MPS host, which any machine with a C++ compiler can be (an extra backend:
+#: MPS host, which any machine with a C++ compiler can be (an extra backend that torchdevice
+#: ships, declared in the ``torchdevice.backends`` entry-point group:
 #: :mod:`torchdevice.extra_backends`).
 HostChoice = Literal[HostKind, "simulated-mps"]
 SIMULATED_MPS: Final = "simulated-mps"
-#: The host kinds and the forcible choices, as values (the one spelling is the types').
+#: The host kinds and the forcible choices torchdevice ships, as values (the one spelling is
+#: the types').
 HOST_KINDS: Final[tuple[HostKind, ...]] = get_args(HostKind)
 HOST_CHOICES: Final[tuple[HostChoice, ...]] = get_args(HostChoice)
 
@@ -149,9 +151,10 @@ def forced_host(kind: HostChoice) -> Host:
 
     Only a host the machine can be: every machine is a CPU host; an MPS or CUDA host
     needs that device, except that an MPS host runs on an extra backend standing for MPS
-    when one has started (the simulated accelerator, after ``torchdevice.testing.register()``).
-    A choice that is an extra backend's (``"simulated-mps"``) starts it (the simulated
-    device builds its C++ half on first use) and runs on it. Raises ``ValueError``, naming
+    when one has started (the simulated accelerator, after
+    ``torchdevice.simulated_mps.register()``). A choice that is an extra backend's
+    (``"simulated-mps"``) starts it (the simulated device builds its C++ half on first use)
+    and runs on it. Raises ``ValueError``, naming
     what the machine has and what to do, for any other. Extra backends are found through
     :mod:`torchdevice.extra_backends`, which they announce themselves to.
     """

@@ -1,6 +1,6 @@
 """What the MPS backend of the installed PyTorch implements, read from PyTorch's own files.
 
-Why: the simulated accelerator (:mod:`torchdevice.testing.simulated`) stands in for MPS in
+Why: the simulated accelerator (:mod:`torchdevice.simulated_mps`) stands in for MPS in
 CI, so the CPU fallback is only as well tested as the simulated device is faithful. A list
 of "missing" ops typed in by hand drifts from PyTorch at every release (``erfinv``, long
 missing on MPS, has had a kernel for several releases). The torch wheel ships the file its
@@ -21,7 +21,8 @@ What the file does not say, and is added here with the PyTorch source it comes f
 
 * the ops MPS registers by hand in ``aten/src/ATen/mps/MPSFallback.mm`` to run on the CPU
   (:data:`MPS_CPU_FALLBACK_OPS`);
-* the dtypes MPS has (:data:`MPS_DTYPES`, from ``getMPSDataType``), and its error texts.
+* the dtypes MPS has (:data:`MPS_DTYPES`, from ``getMPSDataType``), and its error texts
+  (:func:`not_implemented_message`, :func:`float64_message`, :func:`dtype_message`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ import torch
 __all__ = [
     "MPS_CPU_FALLBACK_OPS",
     "MPS_DTYPES",
+    "dtype_message",
+    "float64_message",
     "mps_kernels",
     "native_functions_file",
+    "not_implemented_message",
     "parse_native_functions",
     "scalar_type_name",
 ]
@@ -115,6 +119,37 @@ def scalar_type_name(dtype: torch.dtype) -> str:
         return name
     text = str(dtype).removeprefix("torch.")
     return text[:1].upper() + text[1:]  # float8_e5m2 -> Float8_e5m2, as c10 spells it
+
+
+def not_implemented_message(operator: str, name: str) -> str:
+    """MPS's own text, with the device's name for "MPS": ``mps_error_fallback`` in
+    ``aten/src/ATen/mps/MPSFallback.mm``, with the commit hash torch was built from."""
+    return (
+        f"The operator '{operator}' is not currently implemented for the {name} device. If you "
+        "want this op to be considered for addition please comment on "
+        "https://github.com/pytorch/pytorch/issues/141287 and mention use-case, that resulted "
+        f"in missing op as well as commit hash {torch.version.git_version}. As a temporary fix, "
+        "you can set the environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the CPU "
+        f"as a fallback for this op. WARNING: this will be slower than running natively on "
+        f"{name}."
+    )
+
+
+def float64_message(name: str) -> str:
+    """``MPS_ERROR_DOUBLE_NOT_SUPPORTED`` of ``aten/src/ATen/mps/EmptyTensor.cpp``, raised by
+    ``empty_mps`` and ``empty_strided_mps`` for every float64 allocation."""
+    return (
+        f"Cannot convert a {name} Tensor to float64 dtype as the {name} framework doesn't "
+        "support float64. Please use float32 instead."
+    )
+
+
+def dtype_message(dtype: torch.dtype, name: str) -> str:
+    """``getMPSDataType``'s refusal (``aten/src/ATen/native/mps/OperationUtils.mm``)."""
+    return (
+        f"Trying to convert {scalar_type_name(dtype)} to the {name} backend but it does not "
+        "have support for that dtype."
+    )
 
 
 def native_functions_file() -> Path:

@@ -15,7 +15,7 @@ and backward graphs, and the device's kernels (MPS's op set) run them. Results e
 results. What this host therefore does not check is inductor's code generation (which on a
 Mac is MPS's own, not the CPU's anyway). Graphs with no tensor on the device still go to
 inductor. The switch is logged once per process (``WARNING``, logger
-``torchdevice.testing``) and documented in ``docs/simulated-mps.md``.
+``torchdevice.simulated_mps``) and documented in ``docs/simulated-mps.md``.
 
 The hook is ``torch._TorchCompileInductorWrapper.__call__``: ``torch.compile`` builds that
 wrapper for ``backend="inductor"`` (the default), and it is the one place that sees the
@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves
 
 __all__ = ["install", "on_device"]
 
-logger = logging.getLogger("torchdevice.testing")
+logger = logging.getLogger("torchdevice.simulated_mps")
 
 _MARK = "_torchdevice_simulated_device"
 _warned = threading.Event()

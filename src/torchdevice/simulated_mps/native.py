@@ -1,12 +1,14 @@
 """Build and load the C++ half of the simulated accelerator, on demand and cached.
 
-Why on demand: the C++ pieces (allocator, device guard, generator, pinned memory, hooks;
-``csrc/simulated.cpp``) are what let PyTorch allocate, copy, serialise and pin on the
-simulated device, but only a user who asks for the simulated host needs them. A plain
-``pip install torchdevice`` (on a Mac, say) ships the source and never compiles it.
+Why on demand: the C++ pieces (``csrc/``: allocator, host allocator, generator, device guard,
+hooks, the common kernel, autocast, the operators Python calls) are what let PyTorch allocate,
+copy, serialise and pin on the simulated device, but only a user who asks for the simulated
+host needs them. A plain ``pip install torchdevice`` (on a Mac, say) ships the sources and
+never compiles them.
 
-It is compiled with ``torch.utils.cpp_extension`` (a C++ compiler and ``ninja`` needed) into a
-directory named after the source's and torch's fingerprint, under PyTorch's extension cache
+Every ``.cpp`` file of ``csrc/`` is compiled with ``torch.utils.cpp_extension`` (a C++
+compiler and ``ninja`` needed) into one library, in a directory named after the fingerprint
+of the sources, their header and torch, under PyTorch's extension cache
 (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``): the first build takes tens of
 seconds; later processes load the cached library directly (no compiler, no ninja, no
 ``cpp_extension`` import), which matters for the many workers of a run. Concurrent builds
@@ -28,7 +30,8 @@ import torch
 
 __all__ = ["NativeBuildError", "library_loaded", "load"]
 
-#: The operator namespace the C++ file registers (``TORCH_LIBRARY(torchdevice_simulated, m)``).
+#: The operator namespace ``csrc/operators.cpp`` registers
+#: (``TORCH_LIBRARY(torchdevice_simulated, m)``).
 NAMESPACE: Final = "torchdevice_simulated"
 
 _lock = threading.Lock()
@@ -44,14 +47,23 @@ def library_loaded() -> bool:
     return _loaded
 
 
-def source() -> Path:
-    """The C++ source shipped in the package."""
-    return Path(str(resources.files("torchdevice.testing") / "csrc" / "simulated.cpp"))
+def source_directory() -> Path:
+    """The C++ sources shipped in the package (``csrc/``)."""
+    return Path(str(resources.files("torchdevice.simulated_mps") / "csrc"))
 
 
-def _fingerprint(path: Path) -> str:
-    """What the built library depends on: its source and the torch it compiles against."""
-    digest = hashlib.sha256(path.read_bytes())
+def sources() -> list[Path]:
+    """The ``.cpp`` files compiled together into the library, in a fixed order."""
+    return sorted(source_directory().glob("*.cpp"))
+
+
+def _fingerprint(directory: Path) -> str:
+    """What the built library depends on: its sources and header, and the torch it compiles
+    against."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.[ch]*")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
     digest.update(f"{torch.__version__} {sys.version_info[:2]} {sys.platform}".encode())
     return digest.hexdigest()[:12]
 
@@ -91,21 +103,21 @@ def load(*, verbose: bool = False) -> None:
     with _lock:
         if _loaded:
             return
-        path = source()
-        name = f"{NAMESPACE}_{_fingerprint(path)}"
+        directory_of_sources = source_directory()
+        name = f"{NAMESPACE}_{_fingerprint(directory_of_sources)}"
         directory = _cache_root() / name
         built = directory / f"{name}.so"
         if built.exists() and not (directory / "lock").exists():  # no build under way
             torch.ops.load_library(str(built))  # type: ignore[no-untyped-call]  # untyped in torch
             _loaded = True
             return
-        _build(path, name, directory, verbose=verbose)
+        _build(sources(), name, directory, verbose=verbose)
         _loaded = True
 
 
-def _build(path: Path, name: str, directory: Path, *, verbose: bool) -> None:
-    """Compile ``path`` into ``directory`` and load it (``cpp_extension`` skips the compile
-    when another process finished it meanwhile)."""
+def _build(paths: list[Path], name: str, directory: Path, *, verbose: bool) -> None:
+    """Compile ``paths`` into one library in ``directory`` and load it (``cpp_extension``
+    skips the compile when another process finished it meanwhile)."""
     missing = _missing_tools()
     if missing is not None:
         raise NativeBuildError(
@@ -118,7 +130,7 @@ def _build(path: Path, name: str, directory: Path, *, verbose: bool) -> None:
     try:
         cpp_extension.load(
             name=name,
-            sources=[str(path)],
+            sources=[str(path) for path in paths],
             extra_cflags=["-O1"],  # the C++ half does bookkeeping, not arithmetic
             build_directory=str(directory),
             is_python_module=False,
@@ -127,5 +139,5 @@ def _build(path: Path, name: str, directory: Path, *, verbose: bool) -> None:
     except (OSError, RuntimeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise NativeBuildError(
-            f"building the simulated accelerator's C++ half ({path}) failed: {first}"
+            f"building the simulated accelerator's C++ half ({paths[0].parent}) failed: {first}"
         ) from error
