@@ -8,6 +8,7 @@ runs the suite must not decide it for them.
 from __future__ import annotations
 
 import os
+import sys
 
 #: The variables that switch torchdevice on besides the ``TORCHDEVICE_*`` settings.
 ACTIVATION = ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS")
@@ -33,3 +34,20 @@ def clean_env(**extra: str) -> dict[str, str]:
         if name not in ACTIVATION and not name.startswith("TORCHDEVICE_")
     }
     return {**env, **tier_env(), **extra}
+
+
+#: Execs its arguments with Ctrl-C's default action, which Python turns into
+#: ``KeyboardInterrupt``. A non-interactive shell starts its background jobs with SIGINT
+#: ignored (``.ci/run > ci.log &``), every process inherits that, and Python keeps an
+#: ignored SIGINT ignored: a child of a suite run from one would never see the Ctrl-C a
+#: test sends it, as a program run in the background of a script is meant not to.
+_INTERRUPTIBLE = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def interruptible(command: list[str]) -> list[str]:
+    """``command`` (starting with the Python to run), started with SIGINT's default action,
+    as from a terminal, whatever the disposition the suite itself inherited."""
+    return [sys.executable, "-c", _INTERRUPTIBLE, *command]

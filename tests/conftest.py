@@ -16,22 +16,29 @@ from torchdevice import facade, patches
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tier axis crosses the host axis on the CPU host only: a real-program test runs
-    in the mode and in the entry-points tier on the CPU host, and in the mode on the
-    simulated MPS host. The fourth combination (the tier on the simulated MPS host) passed
-    in full once (22 tests, 2026-11-28) and is left out of the default run to keep CI
-    time down; ``TORCHDEVICE_TEST_EVERY_TIER=1`` runs it."""
+    """What the default run leaves out of the tier axis (``TORCHDEVICE_TEST_EVERY_TIER=1``
+    runs everything; docs/tiers.md says which tests are where):
+
+    - the tier on the simulated MPS host: a real-program test runs in the mode and in the
+      entry-points tier on the CPU host, and in the mode on the simulated MPS host. That
+      fourth combination passed in full once (22 tests, 2026-11-28);
+    - in a module that names an ``ENTRY_POINTS_SAMPLE`` (``{parameter: values}``), the
+      entry-points tier of the cases outside that sample (test_examples.py: the scripts
+      whose device requests the sample already makes; the module says why).
+    """
     if os.environ.get("TORCHDEVICE_TEST_EVERY_TIER") == "1":
         return
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        both = (
-            callspec is not None
-            and callspec.params.get("tier") == "entry-points"
-            and ("simulated-mps" in callspec.id or "simulated" in item.path.name)
+        tiered = callspec is not None and callspec.params.get("tier") == "entry-points"
+        simulated = tiered and ("simulated-mps" in callspec.id or "simulated" in item.path.name)
+        sample = getattr(getattr(item, "module", None), "ENTRY_POINTS_SAMPLE", {})
+        unsampled = tiered and any(
+            name in callspec.params and callspec.params[name] not in values
+            for name, values in sample.items()
         )
-        (dropped if both else kept).append(item)
+        (dropped if simulated or unsampled else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

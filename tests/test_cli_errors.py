@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from childenv import clean_env
+from childenv import clean_env, interruptible
 from torchdevice.environment import BOOL_EXPECTED
 from torchdevice.host import probe_host
 from torchdevice.policy import decide
@@ -64,18 +64,9 @@ def marking_script(tmp_path: Path) -> tuple[Path, Path]:
     return script, marker
 
 
-#: Execs its arguments with Ctrl-C's default action, which Python turns into
-#: ``KeyboardInterrupt``. A shell's background job starts with SIGINT ignored, and Python
-#: keeps an ignored SIGINT ignored: a test run from one would see no Ctrl-C at all.
-_INTERRUPTIBLE = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.argv[1], sys.argv[1:])"
-)
-
-
 def _interruptible(*args: str | Path) -> list[str]:
     """``python -m torchdevice ARGS``, started with SIGINT's default action."""
-    return [sys.executable, "-c", _INTERRUPTIBLE, *_command(*args)]
+    return interruptible(_command(*args))
 
 
 def _wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 300.0) -> None:

@@ -6,6 +6,11 @@ the migration report points into the script. A script added to examples/ without
 here fails :func:`test_every_example_is_tested`. The Hugging Face example is skipped when
 ``transformers`` is not installed (it is the ``examples`` extra, not a dependency), and so
 are the Accelerate checks without ``accelerate``.
+
+By default every example runs in the mode on the CPU host and on the simulated MPS host,
+and five of them (``ENTRY_POINTS_SAMPLE`` says which and why) in the entry-points tier on
+the CPU host; ``TORCHDEVICE_TEST_EVERY_TIER=1`` runs every example in every tier on both
+hosts (docs/tiers.md).
 """
 
 from __future__ import annotations
@@ -40,7 +45,25 @@ needs_accelerate = pytest.mark.skipif(
     reason="accelerate is not installed (pip install -e '.[examples]')",
 )
 
-#: Every test here runs in both tiers (conftest.py's ``tier``).
+#: Every test here runs in both tiers (conftest.py's ``tier``); on the CPU host an example
+#: runs in the entry-points tier only if it is in this sample (``TORCHDEVICE_TEST_EVERY_TIER=1``
+#: runs them all). The tier changes only how a device request reaches the policy, and these
+#: scripts make every kind of request the others make: factories with ``device=``,
+#: ``torch.device``, ``Tensor.cuda``/``to``, ``Module.cuda``/``to``, DataLoader pinning and
+#: ``cuda(non_blocking=True)``, a checkpoint saved and reloaded, optimizer state, "mps"
+#: strings (mps_first.py), Transformers ``generate``. Left out of the tier by default:
+#: device_info.py and events_streams_memory.py (the ``torch.cuda`` facade, one object in both
+#: tiers; their factories and ``.cuda()`` are basic_tensors.py's; ``autocast("cuda")`` with a
+#: GradScaler runs in the tier in test_frameworks.py's 16-mixed and fp16 tests),
+#: matrix_multiplication.py (factories and ``.cuda()``, then ops that take no device, which
+#: are native in the tier), unsupported_functions.py (the facade's errors; its float64 rule
+#: and CPU fallback differ from the CPU host's only on an MPS host, where the tier is out of
+#: the default run anyway). Every example runs in the mode on both hosts.
+ENTRY_POINTS_SAMPLE = {
+    "script": frozenset(
+        {"basic_tensors.py", "train_cuda.py", "neural_network.py", "mps_first.py", "hf_generate.py"}
+    )
+}
 pytestmark = pytest.mark.usefixtures("tier")
 
 #: script -> (arguments, lines its stdout must contain, marks).

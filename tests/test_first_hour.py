@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from childenv import clean_env
+from childenv import clean_env, interruptible
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "sample_suite"
@@ -190,7 +190,9 @@ def test_ctrl_c_during_compares_pre_check_is_one_line(tmp_path: Path) -> None:
     )
     out = tmp_path / "compare-out"
     child = subprocess.Popen(
-        [*PYTHON, "-m", "torchdevice", "compare", "--quiet", "--output", str(out)],
+        # SIGINT's default action, as at a terminal: a suite run as a background job of a
+        # script (CI's `.ci/run > log &`) inherits it ignored, and so would compare.
+        interruptible([*PYTHON, "-m", "torchdevice", "compare", "--quiet", "--output", str(out)]),
         cwd=suite,
         env=clean_env(),
         stdout=subprocess.PIPE,

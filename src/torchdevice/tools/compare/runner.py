@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -133,15 +134,24 @@ def _stop(child: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
             child.send_signal(signal.SIGINT)
         child.wait(timeout=grace_s)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        try:
-            family = psutil.Process(child.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            family = []
-        for process in [*family]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-        child.kill()
-        child.wait()
+        _kill(child)
+
+
+def _kill(child: subprocess.Popen[bytes]) -> None:
+    """Kill ``child`` and everything it started, and reap it.
+
+    ``SIGKILL`` cannot be ignored, so the wait is short; and the child is reaped, so no
+    "subprocess is still running" warning follows at exit (``python -X dev``).
+    """
+    try:
+        family = psutil.Process(child.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for process in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    child.kill()
+    child.wait()
 
 
 def _plugin_autoloads() -> bool:
@@ -230,15 +240,27 @@ def check_arguments(pytest_args: Sequence[str]) -> tuple[int, str]:
     Status 4 is a usage error (an unknown option, a bad value): compare stops before
     running anything. It runs as the native run will, with the initial ``conftest.py``
     files that may add options, and imports no test module.
+
+    Ctrl-C here kills the check (and anything it started) and reaps it before the
+    ``KeyboardInterrupt`` goes on: :func:`subprocess.run` would wait a quarter of a
+    second, kill it and return without reaping it, so on a loaded machine compare's
+    one line was followed by a ``ResourceWarning`` under ``python -X dev``. Its output
+    goes to files, not pipes, so a child that is still writing never blocks.
     """
     command = [sys.executable, "-m", "pytest", "-p", "torchdevice.tools.compare_plugin"]
     if not _plugin_autoloads():
         command += ["-p", "torchdevice.tools.pytest_plugin"]
     command += ["--collect-only", "-q", "-p", "no:cacheprovider", *pytest_args]
-    done = subprocess.run(
-        command, env=_child_env(None), capture_output=True, text=True, check=False
-    )
-    return done.returncode, done.stdout + done.stderr
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, env=_child_env(None))
+        try:
+            status = child.wait()
+        except KeyboardInterrupt:
+            _kill(child)
+            raise
+        out.seek(0)
+        err.seek(0)
+        return status, (out.read() + err.read()).decode(errors="replace")
 
 
 def _usage_line(output: str) -> str:
