@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,29 @@ WARMUP = 10
 MICRO = 2
 BATCH = 32
 WIDTH = 128
+
+
+def training_step(
+    ddp: DDP, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, device: str
+) -> Callable[[], None]:
+    """One step: ``MICRO`` micro-batches under ``no_sync`` but the last, then the optimizer
+    and an all-reduce of the step's loss (``benchmarks/instructions.py`` counts it too)."""
+
+    def step() -> None:
+        optimizer.zero_grad()
+        total = torch.zeros((), device=device)
+        for index in range(MICRO):
+            loss = ((ddp(x[index]) - y[index]) ** 2).mean()
+            if index < MICRO - 1:
+                with ddp.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+            total += loss.detach()
+        optimizer.step()
+        dist.all_reduce(total)
+
+    return step
 
 
 def main() -> None:
@@ -46,19 +70,7 @@ def main() -> None:
     x = torch.randn(MICRO, BATCH, WIDTH, generator=generator).to(device)
     y = torch.randn(MICRO, BATCH, 1, generator=generator).to(device)
 
-    def step() -> None:
-        optimizer.zero_grad()
-        total = torch.zeros((), device=device)
-        for index in range(MICRO):
-            loss = ((ddp(x[index]) - y[index]) ** 2).mean()
-            if index < MICRO - 1:
-                with ddp.no_sync():
-                    loss.backward()
-            else:
-                loss.backward()
-            total += loss.detach()
-        optimizer.step()
-        dist.all_reduce(total)
+    step = training_step(ddp, optimizer, x, y, device)
 
     for _ in range(WARMUP):
         step()

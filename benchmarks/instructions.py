@@ -155,26 +155,14 @@ def _one_rank(workload: str, redirected: bool) -> Callable[[], None]:
     if workload == "all-reduce":
         scalar = torch.zeros((), device=device)
         return lambda: dist.all_reduce(scalar)
+    sys.path.insert(0, str(HERE))
+    from _ddp_step import BATCH, MICRO, WIDTH, training_step  # noqa: PLC0415
+
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 32, 128, generator=generator).to(device)
-    y = torch.randn(2, 32, 1, generator=generator).to(device)
-
-    def step() -> None:
-        optimizer.zero_grad()
-        total = torch.zeros((), device=device)
-        for index in range(2):
-            loss = ((ddp(x[index]) - y[index]) ** 2).mean()
-            if index == 0:
-                with ddp.no_sync():
-                    loss.backward()
-            else:
-                loss.backward()
-            total += loss.detach()
-        optimizer.step()
-        dist.all_reduce(total)
-
-    return step
+    x = torch.randn(MICRO, BATCH, WIDTH, generator=generator).to(device)
+    y = torch.randn(MICRO, BATCH, 1, generator=generator).to(device)
+    return training_step(ddp, optimizer, x, y, device)
 
 
 def child(workload: str, side: str, units: int) -> None:
