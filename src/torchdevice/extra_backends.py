@@ -120,7 +120,11 @@ def start(choice: str) -> str:
     """
     backend = announced(choice)
     if backend is None:
-        raise ValueError(f"no backend is announced for host {choice!r}")
+        raise ValueError(
+            f"no backend is announced for host {choice!r}: the installed distributions "
+            f"declare {list(choices()) or 'none'} in the {GROUP!r} entry points (a source "
+            "tree on PYTHONPATH declares none: install it, `pip install -e .`)"
+        )
     return backend.start()
 
 
