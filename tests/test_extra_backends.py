@@ -4,6 +4,7 @@ what it announced."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import textwrap
 
 import pytest
 
+from childenv import clean_env
 from torchdevice import extra_backends
 from torchdevice.extra_backends import ExtraBackend
 from torchdevice.host import Host, forced_host, probe_host
@@ -166,6 +168,148 @@ def test_the_core_names_no_provider() -> None:
                 "torchdevice.testing import",
                 "import testing",
             )
+        )
+    ]
+    assert offenders == []
+
+
+# -- a backend another distribution declares, end to end ------------------------------------
+
+#: The provider module of a distribution that is not torchdevice: the simulated device
+#: under a host choice of its own, so that nothing in torchdevice knows its name.
+DUMMY_PROVIDER = '''\
+"""A backend another distribution ships, declared in the torchdevice.backends group."""
+import os
+from torchdevice.extra_backends import ExtraBackend
+from torchdevice.simulated_mps import extra_backend as simulated
+
+
+def extra_backend():
+    inner = simulated()
+
+    def start():
+        os.environ["DUMMY_BACKEND_STARTED_IN"] = str(os.getpid())  # what the child inherits
+        return inner.start()
+
+    return ExtraBackend(
+        choice="dummy-mps", stands_for="mps", start=start, device_type=inner.device_type
+    )
+'''
+
+#: CUDA-first code that starts a child process; each process says where "cuda" went, and
+#: whether it is this process that started the dummy backend.
+DUMMY_SCRIPT = """\
+import os, subprocess, sys
+{activate}
+import torch
+CHILD = (
+    "import os, sys, torch; y = torch.zeros(1, device='cuda') + 1; "
+    "print('child', y.device, y.tolist(), os.environ['TORCHDEVICE_HOST'], "
+    "os.environ['DUMMY_BACKEND_STARTED_IN'] == str(os.getpid()))"
+)
+x = torch.ones(2, device="cuda") * 2
+started_here = os.environ.get("DUMMY_BACKEND_STARTED_IN") == str(os.getpid())
+print("parent", x.device, x.tolist(), started_here)
+sys.stdout.flush()
+subprocess.run([sys.executable, "-c", CHILD], check=True)
+"""
+
+
+@pytest.fixture
+def dummy_site(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A tiny installed distribution on a folder for PYTHONPATH: its provider module and a
+    ``*.dist-info`` whose ``entry_points.txt`` declares ``dummy-mps`` (all that
+    :mod:`importlib.metadata` needs to find it)."""
+    site = tmp_path / "site"
+    info = site / "dummy_backend-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: dummy-backend\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        f"[{extra_backends.GROUP}]\ndummy-mps = dummy_backend:extra_backend\n", encoding="utf-8"
+    )
+    (site / "dummy_backend.py").write_text(DUMMY_PROVIDER, encoding="utf-8")
+    return site
+
+
+def _dummy_run(
+    tmp_path: pathlib.Path, site: pathlib.Path, args: list[str], activate: str = "", **env: str
+) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(DUMMY_SCRIPT.format(activate=activate), encoding="utf-8")
+    environ = clean_env(**env)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, *args, str(script)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "activate", "env"),
+    [
+        ([], 'import torchdevice; torchdevice.enable(host="dummy-mps")', {}),
+        (["-m", "torchdevice", "--no-report", "--host", "dummy-mps"], "", {}),
+        ([], "", {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_HOST": "dummy-mps"}),
+    ],
+    ids=["enable-argument", "launcher-flag", "environment"],
+)
+def test_a_backend_declared_by_another_distribution_is_a_host_choice_its_children_get(
+    tmp_path: pathlib.Path,
+    dummy_site: pathlib.Path,
+    args: list[str],
+    activate: str,
+    env: dict[str, str],
+) -> None:
+    """The door is open all the way: a distribution torchdevice knows nothing of declares
+    ``dummy-mps``; the host setting takes it from an argument, the launcher's flag and the
+    environment; the child process gets the choice (``TORCHDEVICE_HOST``) and starts the
+    backend itself, from the entry point; "cuda" lands on its device in both, with the
+    numbers a CUDA run gives."""
+    done = _dummy_run(tmp_path, dummy_site, args, activate, **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    parent, child = done.stdout.splitlines()
+    assert parent.split() == ["parent", "simgpu:0", "[2.0,", "2.0]", "True"], done.stdout
+    assert child.split() == ["child", "simgpu:0", "[1.0]", "dummy-mps", "True"], done.stdout
+
+
+def test_every_door_lists_the_declared_choices(
+    tmp_path: pathlib.Path, dummy_site: pathlib.Path
+) -> None:
+    """The settings and the launcher's ``--host`` refuse a choice no distribution declares
+    and name those that are (the kinds, torchdevice's own backend and the dummy one)."""
+    expected = "'cpu', 'mps', 'cuda', 'dummy-mps', 'simulated-mps'"
+    flag = _dummy_run(tmp_path, dummy_site, ["-m", "torchdevice", "--host", "nowhere"])
+    assert flag.returncode == 2, flag.stderr
+    assert f"argument --host: invalid choice: 'nowhere' (choose from {expected})" in flag.stderr
+    setting = _dummy_run(
+        tmp_path, dummy_site, [], "import torchdevice; torchdevice.enable(host='nowhere')"
+    )
+    assert setting.returncode == 1
+    assert (
+        "torchdevice.errors.SettingsError: invalid host='nowhere' passed as an argument: "
+        "expected 'cpu', 'mps', 'cuda', 'dummy-mps' or 'simulated-mps'"
+    ) in setting.stderr, setting.stderr
+    assert "simgpu" not in setting.stdout + setting.stderr  # refused before any backend started
+
+
+def test_the_core_spells_no_backend_name() -> None:
+    """The simulated device's host choice is spelled in its package and in pyproject.toml
+    only: the settings, the command lines, the host probe and the hand-over to children
+    take whatever the entry points declare."""
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if path.parts[len(SRC.parts)] not in {"testing", "simulated_mps"}
+        and any(
+            name in path.read_text(encoding="utf-8") for name in ("simulated-mps", "simulated_mps")
         )
     ]
     assert offenders == []

@@ -442,13 +442,25 @@ def test_an_invalid_written_for_names_its_source_and_the_choices():
     assert message.endswith("Input should be 'cuda' or 'mps'"), message
 
 
-def test_host_choices_are_spelled_once():
+def test_host_choices_are_the_kinds_and_the_declared_backends():
+    """The kinds are spelled once (the type); the other choices are what the installed
+    distributions declare in the ``torchdevice.backends`` entry points (torchdevice's own
+    simulated MPS host among them), read only when a question is not about a kind."""
     from typing import get_args
 
-    from torchdevice.host import HOST_CHOICES, HOST_KINDS, HostChoice, HostKind
+    from torchdevice import extra_backends
+    from torchdevice.host import HOST_CHOICES, HOST_KINDS, HostKind
 
     assert HOST_KINDS == get_args(HostKind) == ("cpu", "mps", "cuda")
-    assert HOST_CHOICES == get_args(HostChoice) == (*HOST_KINDS, "simulated-mps")
+    assert tuple(HOST_CHOICES) == (*HOST_KINDS, *extra_backends.choices())
+    assert "simulated-mps" in extra_backends.choices()
+    assert ("cuda" in HOST_CHOICES, "simulated-mps" in HOST_CHOICES) == (True, True)
+    assert "nowhere" not in HOST_CHOICES
+    assert (len(HOST_CHOICES), HOST_CHOICES[0], list(HOST_CHOICES[-2:])) == (
+        len(HOST_KINDS) + len(extra_backends.choices()),
+        "cpu",
+        list((*HOST_KINDS, *extra_backends.choices())[-2:]),
+    )
     with pytest.raises(
         ValueError, match=r"^unknown host kind 'tpu': expected 'cpu', 'mps' or 'cuda'$"
     ):

@@ -24,7 +24,7 @@ import torch
 from torchdevice import ledger, mode, patches, program
 from torchdevice import runtime as runtime_module
 from torchdevice.fallback import Fallback
-from torchdevice.host import SIMULATED_MPS, Host, HostChoice, forced_host, probe_host
+from torchdevice.host import HOST_KINDS, Host, HostChoice, forced_host, probe_host
 from torchdevice.logs import configure_logging, logger
 from torchdevice.patches import threads
 from torchdevice.reporting import MigrationReport
@@ -81,12 +81,14 @@ def _env_value(name: str, value: Any, host: Host) -> str | None:
     cannot travel.
 
     A host travels as its kind only when a child would build that very host from it:
-    ``"cpu"``, or the kind the machine really has. An injected :class:`Host` (a simulated
-    accelerator, a pretend MPS machine) does not: children probe the real machine.
+    ``"cpu"``, or the kind the machine really has. An extra backend's choice travels as
+    itself: every child starts its own backend from the same entry point. An injected
+    :class:`Host` (a started accelerator, a pretend MPS machine) does not: children probe
+    the real machine.
     """
     if name == "host":
-        if value == SIMULATED_MPS:  # every child registers its own simulated device
-            return SIMULATED_MPS
+        if isinstance(value, str) and value not in HOST_KINDS:  # an extra backend's choice
+            return value
         return host.kind if host in (Host.cpu(), probe_host()) else None
     if isinstance(value, bool):
         return "1" if value else "0"

@@ -11,15 +11,15 @@ prints nothing: the program owns its output.
 
 from __future__ import annotations
 
-import atexit
-import os
 import sys
 from collections.abc import Callable
 
 from torchdevice import activation
+from torchdevice.reporting import MigrationReport
+from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 
-__all__ = ["from_environment", "start_line", "starts_the_run"]
+__all__ = ["closing_line", "from_environment", "start_line", "starts_the_run"]
 
 
 def starts_the_run() -> bool:
@@ -36,31 +36,31 @@ def start_line(how: str = "") -> str:
 
 def from_environment(enable: Callable[[], None]) -> None:
     """Enable as the environment asks, with the start line, in the process that started
-    the run, and one line at exit pointing to the migration report.
-
-    The exit line's handler is registered before ``enable()`` registers the report file's
-    and the report parts' (``atexit`` runs newest first): it runs after the file is
-    written and the children's parts are merged.
-    """
-    atexit.register(_pointer, os.getpid())
+    the run, and one line at exit saying how much was redirected and what became of the
+    migration report (the exit sequence says it after delivering:
+    :func:`torchdevice.reporting.file.close_with`)."""
     enable()
+    report_file.close_with(activation.report, closing_line)
     if starts_the_run():
         print(start_line(" (ACTIVATE_TORCH_DEVICE)"), file=sys.stderr, flush=True)
 
 
-def _pointer(pid: int) -> None:
-    """How much was redirected, and where the report is (or how to have one)."""
-    if os.getpid() != pid or not starts_the_run():
-        return  # a forked copy, a process of someone else's run, or disabled since
-    report = activation.report()
-    runtime = activation.current_runtime()
-    path = None if runtime is None else runtime.settings.report_path
+def closing_line(report: MigrationReport, delivery: report_file.Delivery) -> str:
+    """How much was redirected, and where the report is (or how to have one): "written"
+    only when the exit sequence wrote it, not when a file of that name exists."""
     counted = f"{report.total} call(s) redirected at {len(report.entries)} call site(s)"
-    if path is not None and path.exists():
-        where = f"migration report written to {path}"
+    if delivery.written:
+        where = f"migration report written to {delivery.path}"
+    elif delivery.path is not None:
+        where = (
+            f"the migration report was not written to {delivery.path} ({delivery.why}): "
+            "it is above, on stderr"
+        )
+    elif delivery.on_stderr:
+        where = "the migration report is above, on stderr"
     else:
         where = (
             "TORCHDEVICE_REPORT=report.json writes the migration report "
             "(python -m torchdevice SCRIPT prints it)"
         )
-    print(f"torchdevice: {counted}; {where}", file=sys.stderr, flush=True)
+    return f"torchdevice: {counted}; {where}"

@@ -2,10 +2,10 @@
 and a backend registered from outside it.
 
 A backend registered with torch at run time (``torch.utils.rename_privateuse1_backend`` and
-``torch._register_device_module``), such as the simulated MPS device of
-:mod:`torchdevice.simulated_mps`, can stand in for a host kind. It announces itself here with
-an :class:`ExtraBackend`: the host choice that asks for it (``"simulated-mps"``), the host
-kind it stands for (``"mps"``), and how to start it and find its device type. The host probe
+``torch._register_device_module``), such as the simulated MPS device torchdevice ships, can
+stand in for a host kind. It announces itself here with an :class:`ExtraBackend`: the host
+choice that asks for it, the host kind it stands for (``"mps"``), and how to start it and
+find its device type. The host probe
 (:mod:`torchdevice.host`) asks this registry, and nothing in the core names the package that
 provides a backend or calls into it: a host whose accelerator is an extra backend is a
 :class:`~torchdevice.host.Host` with a ``device_type``, which the runtime and the facade
@@ -14,16 +14,18 @@ treat like any device type registered with torch.
 A host choice can be made before its provider was imported (``TORCHDEVICE_HOST`` in a child
 process). A distribution declares its backends in the :data:`GROUP` entry-point group, one
 entry per host choice, naming a callable that returns the :class:`ExtraBackend` (torchdevice's
-own ``pyproject.toml`` declares ``simulated-mps`` so)::
+own ``pyproject.toml`` declares its simulated MPS device so)::
 
     [project.entry-points."torchdevice.backends"]
     simulated-npu = "my_backend.torchdevice_hook:extra_backend"
 
 The group is read lazily, only when a choice nobody announced is asked for
 (:func:`announced`) or the choices are listed (:func:`choices`): ``import torchdevice`` reads
-no package metadata and imports no provider. A provider may also announce itself when
-imported (:func:`announce`), which is how :func:`running` finds a backend someone started
-directly.
+no package metadata and imports no provider. What a choice is, is only what the group says:
+the settings, the command lines (``--host``) and the hand-over to child processes
+(``TORCHDEVICE_HOST``) take any declared choice, and the core spells none of them. A
+provider may also announce itself when imported (:func:`announce`), which is how
+:func:`running` finds a backend someone started directly.
 
 This module imports nothing from torchdevice: :mod:`torchdevice.host` asks it, so a host kind
 is a plain string here (one of ``host.HOST_KINDS``).
@@ -47,7 +49,8 @@ __all__ = ["GROUP", "ExtraBackend", "announce", "announced", "choices", "running
 class ExtraBackend:
     """An accelerator registered with torch at run time, as the host probe needs to know it."""
 
-    #: The host choice that asks for it (``host="simulated-mps"``, ``TORCHDEVICE_HOST``).
+    #: The host choice that asks for it (``host=``, ``--host``, ``TORCHDEVICE_HOST``): its
+    #: entry point's name.
     choice: str
     #: The host kind whose policy it runs under (``"mps"``).
     stands_for: str

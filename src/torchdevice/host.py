@@ -11,19 +11,20 @@ from __future__ import annotations
 import functools
 import platform
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Final, Literal, get_args
+from typing import Final, Literal, get_args, overload
 
 from torchdevice import extra_backends
 
 __all__ = [
     "HOST_CHOICES",
     "HOST_KINDS",
-    "SIMULATED_MPS",
     "Host",
     "HostChoice",
+    "HostChoices",
     "HostKind",
     "cpu_name",
     "forced_host",
@@ -31,19 +32,52 @@ __all__ = [
 ]
 
 HostKind = Literal["cpu", "mps", "cuda"]
-#: What a user can force (``--host``, ``TORCHDEVICE_HOST``): a host kind, or the simulated
-#: MPS host, which any machine with a C++ compiler can be (an extra backend that torchdevice
-#: ships, declared in the ``torchdevice.backends`` entry-point group:
-#: :mod:`torchdevice.extra_backends`).
-HostChoice = Literal[HostKind, "simulated-mps"]
-SIMULATED_MPS: Final = "simulated-mps"
-#: The host kinds and the forcible choices torchdevice ships, as values (the one spelling is
-#: the types').
+#: What a user can force (``--host``, ``TORCHDEVICE_HOST``): a host kind, or the choice of an
+#: extra backend that an installed distribution declares in the ``torchdevice.backends``
+#: entry-point group (:mod:`torchdevice.extra_backends`). Those are known only at run time,
+#: so the type is a string and :data:`HOST_CHOICES` the values.
+HostChoice = str
+#: The host kinds, as values (the one spelling is the type's).
 HOST_KINDS: Final[tuple[HostKind, ...]] = get_args(HostKind)
-HOST_CHOICES: Final[tuple[HostChoice, ...]] = get_args(HostChoice)
 
 
-def one_of(values: tuple[str, ...]) -> str:
+class HostChoices(Sequence[str]):
+    """Every host choice: the host kinds, then the extra backends' choices, sorted.
+
+    Lazy: the installed distributions' entry points are read on the first question that
+    is not about a host kind (``"cpu" in HOST_CHOICES`` reads nothing), so a command-line
+    parser may take it as its ``choices`` (with a ``metavar``: argparse lists the choices
+    of an option without one when the option is added).
+    """
+
+    def _values(self) -> tuple[str, ...]:
+        return (*HOST_KINDS, *extra_backends.choices())
+
+    def __contains__(self, value: object) -> bool:
+        return value in HOST_KINDS or value in extra_backends.choices()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._values()[index]
+
+    def __repr__(self) -> str:
+        return f"HostChoices{self._values()!r}"
+
+
+#: The forcible host choices (:class:`HostChoices`).
+HOST_CHOICES: Final = HostChoices()
+
+
+def one_of(values: Sequence[str]) -> str:
     """``'a', 'b' or 'c'``: the accepted values, as an error message lists them."""
     quoted = [repr(value) for value in values]
     return f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
@@ -60,8 +94,7 @@ class Host:
     cuda_device_count: int = 0
     device_names: tuple[str, ...] = field(default=())
     #: The torch device type the accelerator's tensors use, when it is not ``kind``: the
-    #: device type of an extra backend (:mod:`torchdevice.extra_backends`), such as the
-    #: simulated MPS device's ``simgpu``.
+    #: device type of an extra backend (:mod:`torchdevice.extra_backends`).
     device_type: str | None = None
 
     def __post_init__(self) -> None:
@@ -151,10 +184,9 @@ def forced_host(kind: HostChoice) -> Host:
 
     Only a host the machine can be: every machine is a CPU host; an MPS or CUDA host
     needs that device, except that an MPS host runs on an extra backend standing for MPS
-    when one has started (the simulated accelerator, after
-    ``torchdevice.simulated_mps.register()``). A choice that is an extra backend's
-    (``"simulated-mps"``) starts it (the simulated device builds its C++ half on first use)
-    and runs on it. Raises ``ValueError``, naming
+    when one has started (an extra backend registered directly, before any host was
+    forced). A choice that is an extra backend's starts it (a device built from source
+    builds on first use) and runs on it. Raises ``ValueError``, naming
     what the machine has and what to do, for any other. Extra backends are found through
     :mod:`torchdevice.extra_backends`, which they announce themselves to.
     """
@@ -177,11 +209,10 @@ def forced_host(kind: HostChoice) -> Host:
 
 
 def _extra_backend_host(choice: str) -> Host:
-    """The host of an extra backend (``"simulated-mps"``), starting it in this process if
-    need be.
+    """The host of an extra backend's ``choice``, starting it in this process if need be.
 
     Its provider is imported lazily, by the registry: only a process that asks for this
-    host loads it (the simulated device's C++ half). A device already registered under
+    host loads it (and builds or loads its native half). A device already registered under
     another name is reused.
     """
     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, get_args, get_type_hints
@@ -55,11 +55,16 @@ Intercept = Literal["mode", "entry-points"]
 
 
 def setting(
-    *, env: str | None = None, flag: str | None = None, flag_help: str = ""
-) -> Mapping[str, str | None]:
+    *,
+    env: str | None = None,
+    flag: str | None = None,
+    flag_help: str = "",
+    values: Sequence[str] | None = None,
+) -> Mapping[str, object]:
     """A :class:`Settings` field's metadata: the environment variable that fills it and the
-    ``torchdevice run`` flag (with its ``--help`` text) that sets it, if any."""
-    return {"env": env, "flag": flag, "flag_help": flag_help}
+    ``torchdevice run`` flag (with its ``--help`` text) that sets it, if any, and the values
+    its flag accepts when its type cannot say (known only at run time: the host choices)."""
+    return {"env": env, "flag": flag, "flag_help": flag_help, "values": values}
 
 
 class Options(TypedDict, total=False):
@@ -84,8 +89,9 @@ class Options(TypedDict, total=False):
 class Settings:
     """Everything an activation can be configured with: one field per setting.
 
-    ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``, ``"simulated-mps"``) or
-    takes a :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
+    ``host`` forces the host kind (``"cpu"``, ``"mps"``, ``"cuda"``, or an extra backend's
+    choice: :data:`~torchdevice.host.HOST_CHOICES`) or takes a
+    :class:`~torchdevice.host.Host`; ``None`` probes the real machine.
     """
 
     log_level: LogLevel | None = field(
@@ -117,15 +123,19 @@ class Settings:
             env="TORCHDEVICE_HOST",
             flag="--host",
             flag_help="force the host kind instead of probing: cpu, a device this machine has, "
-            "or simulated-mps (MPS's op set on the CPU: check that code will run on a Mac)",
+            "or a backend an installed distribution declares (one of %(choices)s)",
+            values=HOST_CHOICES,
         ),
     )
-    """Use this host instead of the probed one; only a kind the machine has (the CPU always;
-    'simulated-mps' wherever a C++ compiler is; tests inject other hosts as Host objects).
+    """Use this host instead of the probed one; only a kind the machine has (the CPU always),
+    or the host choice of an extra backend an installed distribution declares in the
+    'torchdevice.backends' entry points (torchdevice's own: the simulated MPS host, wherever
+    a C++ compiler is); tests inject other hosts as Host objects.
     """
     report_path: Path | None = field(default=None, metadata=setting(env="TORCHDEVICE_REPORT"))
     """Where the migration report is written when the process exits (JSON if .json),
-    whichever way torchdevice was switched on."""
+    whichever way torchdevice was switched on; a path that cannot be written is refused at
+    activation, as the tools refuse theirs."""
     fallback: bool = field(default=True, metadata=setting(env="TORCHDEVICE_FALLBACK"))
     """Rerun on the CPU the ops the accelerator cannot run."""
     cuda_available: bool = field(default=True, metadata=setting(env="TORCHDEVICE_CUDA_AVAILABLE"))
@@ -217,6 +227,7 @@ def _model() -> type[BaseModel]:
     validators: dict[str, Callable[..., Any]] = {
         "_a_known_kind": field_validator("host", mode="before")(_a_known_kind),
         "_machine_has_it": field_validator("host")(_machine_has_it),
+        "_writable": field_validator("report_path")(_writable),
         "_one_boolean_rule": field_validator(*booleans, mode="before")(_one_boolean_rule),
         "_upper": field_validator("log_level", mode="before")(_upper),
         "_lower": field_validator("written_for", mode="before")(_lower),
@@ -233,7 +244,8 @@ def _model() -> type[BaseModel]:
 
 
 def _a_known_kind(cls: type, value: object) -> object:
-    """A host named by a string must be a host kind (the message lists them)."""
+    """A host named by a string must be a host kind or an installed backend's choice (the
+    message lists them)."""
     if isinstance(value, str) and value not in HOST_CHOICES:
         raise ValueError(f"expected {one_of(HOST_CHOICES)}")
     return value
@@ -243,6 +255,18 @@ def _machine_has_it(cls: type, value: object) -> object:
     """A forced host kind the machine cannot be is refused where it is given."""
     if isinstance(value, str) and value in HOST_CHOICES:
         forced_host(value)  # raises ValueError naming what the machine has
+    return value
+
+
+def _writable(cls: type, value: object) -> object:
+    """A report path that cannot be written is refused at activation, not found out at exit
+    when the run is over (the tools' one rule: :func:`torchdevice.reporting.file.unwritable`;
+    missing parent folders are fine, the writer makes them)."""
+    from torchdevice.reporting.file import unwritable  # noqa: PLC0415 - only for a path
+
+    problem = None if value is None else unwritable(Path(str(value)))
+    if problem:
+        raise ValueError(f"cannot write the migration report there: {problem}")
     return value
 
 
@@ -275,8 +299,12 @@ def _first_error(exc: ValueError) -> tuple[str, str]:
     return name, str(error["msg"]).removeprefix("Value error, ")
 
 
-def choices(name: str) -> tuple[str, ...] | None:
-    """The values a setting's flag accepts, from its type (``None``: any value)."""
+def choices(name: str) -> Sequence[str] | None:
+    """The values a setting's flag accepts, from its declaration or its type (``None``: a
+    switch)."""
+    declared = next(f for f in dataclasses.fields(Settings) if f.name == name).metadata["values"]
+    if declared is not None:
+        return declared  # type: ignore[no-any-return]
     hint = get_type_hints(Settings)[name]
     literal = [arg for arg in get_args(hint) if get_args(arg)] or [hint]
     values = tuple(value for arg in literal for value in get_args(arg) if isinstance(value, str))

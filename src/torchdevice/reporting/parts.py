@@ -10,12 +10,12 @@ carries the root's pid, and a writer makes it only while the root is alive, so a
 that outlives the root does not leave a directory that nobody reads.
 
 Every process that activates with the variable set is a *part writer*: when it exits
-(``atexit``, so after the interpreter has joined its threads) or disables, it writes its
-own report there, atomically (a temporary file, then
-``os.replace``), under a name made of its pid and a random suffix. The root's report is
-its own merged with every part present (:func:`combined`); the root removes the
-directory at exit (``atexit`` handlers run newest first, so after the launcher's, which
-writes the report) or at ``disable()``, keeping the parts it had read.
+(the exit sequence of :mod:`torchdevice.reporting.file`, after the interpreter has joined
+its threads) or disables, it writes its own report there, atomically (a temporary file,
+then ``os.replace``), under a name made of its pid and a random suffix. The root's report
+is its own merged with every part present (:func:`combined`); the root collects the parts
+and removes the directory at exit (:func:`finish`, the exit sequence's first step, before
+it builds the report) or at ``disable()``, keeping the parts it had read.
 
 Files rather than a pipe or a socket: a part needs no listener and survives its writer,
 so a child that crashes (an exception still runs ``atexit``) loses nothing, a child
@@ -32,7 +32,6 @@ was copied from).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -50,11 +49,11 @@ from torchdevice import ledger
 from torchdevice.logs import report_logger as logger
 from torchdevice.reporting.report import MigrationReport, merge
 
-__all__ = ["ENV", "GROUP", "combined", "detach", "reset", "role", "start"]
+__all__ = ["ENV", "GROUP", "combined", "detach", "finish", "reset", "role", "start"]
 
 #: The variable naming the directory where a run's processes leave their reports.
 ENV = "TORCHDEVICE_REPORT_PARTS"
-#: The ledger group of what :func:`start` changes (the variable, the exit handler).
+#: The ledger group of what :func:`start` changes (the variable, the finish at ``disable()``).
 GROUP = "report parts"
 _PART_SUFFIX = ".json"
 #: The start of a run's directory name: ``torchdevice-report-<root pid>-<random>``.
@@ -113,9 +112,9 @@ def _own_part_name() -> str:
 def start(own: Callable[[], MigrationReport]) -> None:
     """Take this process's place in the run; called when redirection is switched on.
 
-    Root when :data:`ENV` is unset (it creates the directory and sets the variable), part
-    writer otherwise. Either way an exit handler finishes the job, and ``disable()``
-    finishes it early through the ledger. Idempotent while active.
+    Root when :data:`ENV` is unset (it names the directory and sets the variable), part
+    writer otherwise. Either way the exit sequence finishes the job (:func:`finish`), and
+    ``disable()`` finishes it early through the ledger. Idempotent while active.
     """
     global _run
     with _lock:
@@ -130,18 +129,26 @@ def start(own: Callable[[], MigrationReport]) -> None:
             run = _Run("root", directory, os.getpid(), own)
             ledger.set_env(GROUP, ENV, str(directory))
         _run = run
-        atexit.register(_finish, run)
         ledger.hook(GROUP, "the migration report parts' exit handler", lambda: _stop(run))
 
 
 def _stop(run: _Run) -> None:
     """``disable()``: finish now, and no longer at exit."""
     global _run
-    atexit.unregister(_finish)
     with _lock:
         if _run is run:
             _run = None
     _finish(run)
+
+
+def finish() -> None:
+    """The exit sequence's first step (:func:`torchdevice.reporting.file._at_exit`): a part
+    writer writes its part; the root collects the parts present and removes the directory,
+    so the report it builds next has them all. Nothing while this process takes no part."""
+    with _lock:
+        run = _run
+    if run is not None:
+        _finish(run)
 
 
 def _finish(run: _Run) -> None:

@@ -94,7 +94,6 @@ host's.
 from __future__ import annotations
 
 from torchdevice import extra_backends
-from torchdevice.host import SIMULATED_MPS
 from torchdevice.simulated_mps.op_set import missing_ops, supported_ops, supported_sparse_ops
 from torchdevice.simulated_mps.registration import (
     DEFAULT_NAME,
@@ -106,6 +105,7 @@ from torchdevice.simulated_mps.registration import (
 )
 
 __all__ = [
+    "CHOICE",
     "DEFAULT_NAME",
     "extra_backend",
     "is_registered",
@@ -119,6 +119,12 @@ __all__ = [
 ]
 
 
+#: The host choice that asks for the simulated device (``--host``, ``TORCHDEVICE_HOST``):
+#: the name of this package's entry in the ``torchdevice.backends`` group (``pyproject.toml``),
+#: spelled nowhere in the core.
+CHOICE = "simulated-mps"
+
+
 def _start() -> str:
     """The simulated device's type, registering it in this process if need be (a device
     already registered under another name is reused)."""
@@ -129,7 +135,7 @@ def extra_backend() -> extra_backends.ExtraBackend:
     """The simulated device as the host probe knows it: host choice ``"simulated-mps"``,
     standing for ``"mps"`` (the ``torchdevice.backends`` entry point of this package)."""
     return extra_backends.ExtraBackend(
-        choice=SIMULATED_MPS, stands_for="mps", start=_start, device_type=registered_name
+        choice=CHOICE, stands_for="mps", start=_start, device_type=registered_name
     )
 
 

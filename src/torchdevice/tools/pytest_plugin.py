@@ -172,11 +172,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--torchdevice-host",
         choices=HOST_CHOICES,
+        metavar="HOST",  # the choices are read when asked (HostChoices), not now
         default=None,
         dest="torchdevice_host",
         help="redirect the whole run (implies --torchdevice) as on this host, in every "
-        "process of the run (TORCHDEVICE_HOST); simulated-mps runs on the simulated MPS "
-        "device: MPS's op set, errors and dtypes on the CPU",
+        "process of the run (TORCHDEVICE_HOST): one of %(choices)s (a host kind, or a "
+        "backend an installed distribution declares)",
     )
     group.addoption(
         "--torchdevice-intercept",

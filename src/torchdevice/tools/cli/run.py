@@ -25,7 +25,7 @@ __all__ = ["main", "parser"]
 #: The settings ``torchdevice run`` has a flag for (declared with the setting).
 _FLAGGED = tuple(f for f in dataclasses.fields(Settings) if f.metadata["flag"])
 #: Those of them that take a value (the others are switches).
-_VALUED_FLAGS = frozenset(f.metadata["flag"] for f in _FLAGGED if choices(f.name))
+_VALUED_FLAGS = frozenset(f.metadata["flag"] for f in _FLAGGED if choices(f.name) is not None)
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -45,7 +45,12 @@ def parser(prog: str) -> argparse.ArgumentParser:
     result.add_argument("--no-report", action="store_true", help="print no report at exit")
     for field in _FLAGGED:  # the settings' own flags, from their declaration
         values = choices(field.name)
-        kind: dict[str, Any] = {"choices": values} if values else {"action": "store_true"}
+        kind: dict[str, Any] = (
+            {"choices": values} if values is not None else {"action": "store_true"}
+        )
+        if values is not None and not isinstance(values, tuple):
+            # Known at run time (the host choices): read when asked, not when added.
+            kind["metavar"] = field.name.upper()
         result.add_argument(
             field.metadata["flag"], dest=field.name, help=field.metadata["flag_help"], **kind
         )

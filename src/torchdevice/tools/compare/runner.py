@@ -302,8 +302,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--host",
         default=os.environ.get(_HOST_VAR) or None,
         choices=HOST_CHOICES,
-        help="run the redirected run as on this host (--torchdevice-host), e.g. "
-        "simulated-mps; default: $TORCHDEVICE_HOST, else the host this machine is",
+        metavar="HOST",  # the choices are read when asked (HostChoices), not now
+        help="run the redirected run as on this host (--torchdevice-host): one of "
+        "%(choices)s; default: $TORCHDEVICE_HOST, else the host this machine is",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     return parser
