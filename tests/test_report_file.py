@@ -91,25 +91,123 @@ def test_a_text_path_gets_the_text_report(tmp_path: Path) -> None:
     assert "train.py:4 in <module>(): torch.zeros(cuda) -> cpu:0 x1" in text
 
 
-def test_an_unwritable_report_goes_to_stderr_with_one_line_saying_why(tmp_path: Path) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("", encoding="utf-8")
-    out = blocker / "report.json"  # below a file: its folder cannot be made
+@pytest.mark.parametrize("where", ["a-folder", "below-a-file"])
+def test_an_unwritable_report_path_is_refused_at_activation(tmp_path: Path, where: str) -> None:
+    """``TORCHDEVICE_REPORT`` is checked when torchdevice switches on, like every other
+    output path: one line naming the variable and why, status 2 (a usage error), and the
+    script does not run; not a report on stderr at the end of the run."""
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    out = tmp_path / "a-folder" if where == "a-folder" else tmp_path / "a-file" / "report.json"
+    why = "it is a directory" if where == "a-folder" else f"{str(tmp_path / 'a-file')!r} is a "
     done = _run(tmp_path, "", ACTIVATE_TORCH_DEVICE="1", TORCHDEVICE_REPORT=str(out))
-    assert done.returncode == 0, done.stderr  # the script's own status
-    assert not out.exists()
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.startswith(
+        f"torchdevice: error: invalid TORCHDEVICE_REPORT={str(out)!r} from the environment: "
+        f"cannot write the migration report there: {why}"
+    ), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_enable_refuses_an_unwritable_report_path(tmp_path: Path) -> None:
+    """The same check for ``enable(report_path=...)``: a :class:`SettingsError` at the call."""
+    from torchdevice.errors import SettingsError
+    from torchdevice.settings import load_settings
+
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings({"report_path": tmp_path})
+    assert str(excinfo.value) == (
+        f"invalid report_path={tmp_path!r} passed as an argument: cannot write the migration "
+        "report there: it is a directory"
+    )
+    missing = tmp_path / "new" / "report.json"  # missing folders are made when it is written
+    assert load_settings({"report_path": missing}).report_path == missing
+
+
+#: Redirects once, then makes every file write of the process fail ("File too large", as a
+#: full disk would): the report cannot be written at exit, over a report an earlier run left.
+STALE = """import resource, signal
+import torch
+x = torch.zeros(2, device="cuda")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+print("done", x.device)
+"""
+
+
+def test_a_stale_report_file_is_never_announced_as_written(tmp_path: Path) -> None:
+    """A report file of an earlier run is at the path, and this run's write fails: the
+    closing line says what happened to this run's report (not written, why, on stderr),
+    not "written" because a file of that name exists."""
+    out = tmp_path / "report.json"
+    out.write_text('{"stale": "an earlier run"}\n', encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text(STALE, encoding="utf-8")
+    done = _python(tmp_path, str(script), ACTIVATE_TORCH_DEVICE="1", TORCHDEVICE_REPORT=str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done cpu\n"
     lines = done.stderr.splitlines()
-    assert lines[0].startswith("torchdevice: on (ACTIVATE_TORCH_DEVICE), redirecting to ")
-    assert lines[1] == (
-        f"torchdevice: cannot write the migration report to {out} (Not a directory); "
-        "it follows here instead:"
+    why = (
+        f"torchdevice: cannot write the migration report to {out} (File too large); it "
+        "follows here instead:"
     )
-    assert lines[2].startswith("torchdevice migration report (")
-    assert lines[-1].endswith(
-        "TORCHDEVICE_REPORT=report.json writes the migration report "
-        "(python -m torchdevice SCRIPT prints it)"
-    )
-    assert any("train.py:4 in <module>(): torch.zeros(cuda) -> cpu:0 x1" in x for x in lines)
+    assert why in lines, done.stderr
+    assert lines[lines.index(why) + 1].startswith("torchdevice migration report ("), done.stderr
+    assert lines[-1] == (
+        "torchdevice: 1 call(s) redirected at 1 call site(s); the migration report was not "
+        f"written to {out} (File too large): it is above, on stderr"
+    ), done.stderr
+    assert "written to" not in done.stderr.replace("not written to", ""), done.stderr
+    assert out.exists()  # the earlier run's file (emptied by the failed write) is still there
+
+
+#: Installed before torchdevice is imported: records every exit handler registered.
+SPY = """import atexit
+registered = []
+_register = atexit.register
+def spy(function, *args, **kwargs):
+    registered.append(f"{{function.__module__}}.{{function.__qualname__}}")
+    return _register(function, *args, **kwargs)
+atexit.register = spy
+import os, subprocess, sys
+import torchdevice, torch
+x = torch.zeros(2, device="cuda")
+subprocess.run([sys.executable, "-c", "import torch; torch.ones(1, device='cuda')"], check=True)
+torchdevice.enable(report_path={out!r})
+with torchdevice.redirect(keep_cpu=True):
+    torch.ones(1, device="cuda")
+torchdevice.disable()
+torchdevice.enable()
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit: the handler it inherited runs, with nothing to do
+os.waitpid(pid, 0)
+print("after the fork child:", os.path.exists({out!r}))
+print([name for name in registered if name.startswith("torchdevice")])
+"""
+
+
+def test_one_exit_handler_runs_the_sequence(tmp_path: Path) -> None:
+    """However many activations, report paths, children and closing lines a run has,
+    torchdevice registers one exit handler; a fork child that exits normally delivers
+    nothing (its exit state starts empty); the process that started the run delivers the
+    report of every process once, and says so once."""
+    out = tmp_path / "report.json"
+    script = tmp_path / "train.py"
+    script.write_text(SPY.format(out=str(out)), encoding="utf-8")
+    done = _python(tmp_path, str(script), ACTIVATE_TORCH_DEVICE="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "after the fork child: False",
+        "['torchdevice.reporting.file._at_exit']",
+    ], done.stdout
+    assert not out.exists()  # the last activation asked for no file
+    lines = done.stderr.splitlines()
+    assert lines[-1] == (
+        "torchdevice: 3 call(s) redirected at 3 call site(s); TORCHDEVICE_REPORT=report.json "
+        "writes the migration report (python -m torchdevice SCRIPT prints it)"
+    ), done.stderr
+    assert sum("redirected at" in line for line in lines) == 1, done.stderr
 
 
 def test_the_launcher_writes_the_report_once(tmp_path: Path) -> None:
@@ -203,6 +301,11 @@ def test_every_entry_point_falls_back_to_stderr_the_same_way(tmp_path: Path, ent
     assert following[0].startswith("torchdevice migration report ("), done.stderr
     assert any("torch.zeros(cuda) -> cpu:0 x1" in line for line in following), done.stderr
     assert folder.is_file()  # what the run left there, untouched
+    if entry == "ACTIVATE_TORCH_DEVICE":  # the closing line tells the outcome it got
+        assert lines[-1] == (
+            "torchdevice: 1 call(s) redirected at 1 call site(s); the migration report was "
+            f"not written to {out} (Not a directory): it is above, on stderr"
+        ), done.stderr
 
 
 def test_a_fork_child_leaves_the_report_to_its_parent(tmp_path: Path) -> None:
