@@ -207,8 +207,11 @@ def enable(**options: Unpack[Options]) -> None:
     - ``keep_cpu`` (``TORCHDEVICE_KEEP_CPU``): explicit ``"cpu"`` requests stay on the CPU.
     - ``cpu_override``: start with the ``"cpu:-1"`` override on.
     - ``host`` (``TORCHDEVICE_HOST``): ``"cpu"``, or ``"mps"``/``"cuda"`` where the machine
-      has it, or a :class:`~torchdevice.host.Host`; unset, the machine is probed.
-    - ``report_path`` (``TORCHDEVICE_REPORT``): where the launcher writes the report.
+      has it, or the choice of a backend an installed distribution declares
+      (:data:`~torchdevice.host.HOST_CHOICES`), or a :class:`~torchdevice.host.Host`;
+      unset, the machine is probed.
+    - ``report_path`` (``TORCHDEVICE_REPORT``): where the report is written at exit; a path
+      that cannot be written is refused here.
     - ``fallback`` (``TORCHDEVICE_FALLBACK``): rerun on the CPU the ops the accelerator
       cannot run (default true).
     - ``cuda_available`` (``TORCHDEVICE_CUDA_AVAILABLE``): what the facades' availability
