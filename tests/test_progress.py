@@ -56,22 +56,31 @@ def test_the_first_build_says_what_it_builds_and_how_long_once(tmp_path: Path) -
     files = len(native.sources())
     match = re.fullmatch(
         rf"torchdevice: building the simulated MPS device's C\+\+ half \({files} files, once "
-        r"per torch version; about (\d+)-(\d+) s on (\d+) core\(s\)\) into (.+)",
+        r"per torch version; about (\d+)-(\d+) s on (\d+) core\(s\)"
+        r"(; longer here, where the load average is \d+)?\) into (.+)",
         notice,
     )
     assert match, notice
     low, high, cores = (int(match.group(i)) for i in (1, 2, 3))
     assert 0 < low < high <= 600
     assert cores == len(os.sched_getaffinity(0))
-    assert Path(match.group(4)).parent == cache
+    assert Path(match.group(5)).parent == cache
 
 
 @pytest.mark.parametrize(("cores", "low", "high"), [(1, 90, 230), (2, 50, 120), (64, 20, 40)])
 def test_the_estimate_divides_by_the_cores(monkeypatch, tmp_path, cores, low, high) -> None:
     monkeypatch.setattr(native, "_cores", lambda: cores)
+    monkeypatch.setattr(native, "_load", lambda: 0.5)
     sources = [tmp_path / f"{i}.cpp" for i in range(8)]
     notice = native.build_notice(sources, tmp_path)
-    assert f"about {low}-{high} s on {cores} core(s)" in notice
+    assert f"about {low}-{high} s on {cores} core(s)) into {tmp_path}" in notice
+
+
+def test_a_busy_machine_is_said_to_take_longer(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(native, "_cores", lambda: 2)
+    monkeypatch.setattr(native, "_load", lambda: 17.2)
+    notice = native.build_notice([tmp_path / "a.cpp", tmp_path / "b.cpp"], tmp_path)
+    assert "on 2 core(s); longer here, where the load average is 17) into" in notice
 
 
 _SUITE = """\

@@ -129,15 +129,34 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _load() -> float | None:
+    """The machine's one-minute load average (``None`` where there is none: Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def build_notice(paths: list[Path], directory: Path) -> str:
     """The one line said before the first build, which is otherwise silent for a minute or
-    more: what is built, roughly how long it takes here, and where it is cached."""
+    more: what is built, roughly how long it takes here, and where it is cached.
+
+    The estimate is for cores this build has to itself; on a machine busier than it has
+    cores (a shared CI runner, parallel jobs) the line says so, since the compile then
+    takes a multiple of it (measured: 276 s at a load average of 17 on 2 cores).
+    """
     cores = _cores()
     seconds = _SECONDS_PER_FILE * len(paths) / min(cores, len(paths)) + _SECONDS_TO_LINK
     low, high = round(seconds * 0.6 / 10) * 10 or 10, round(seconds * 1.5 / 10) * 10
+    load = _load()
+    busy = (
+        f"; longer here, where the load average is {load:.0f}"
+        if load is not None and load > cores
+        else ""
+    )
     return (
         f"torchdevice: building the simulated MPS device's C++ half ({len(paths)} files, once "
-        f"per torch version; about {low}-{high} s on {cores} core(s)) into {directory}"
+        f"per torch version; about {low}-{high} s on {cores} core(s){busy}) into {directory}"
     )
 
 
