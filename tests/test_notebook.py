@@ -7,6 +7,7 @@ Each runs in a child process: the extension enables torchdevice for the whole pr
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import subprocess
@@ -52,6 +53,15 @@ def test_the_extension_redirects_the_kernel_and_the_magic_reports(tmp_path):
     # Shown as a table with the cell's line; as Markdown with the same row.
     assert "<td><code>x = torch.ones(2, device=&quot;cuda&quot;)</code></td>" in seen["table"]
     assert '| `x = torch.ones(2, device="cuda")` |' in seen["markdown"]
+    # The HTML page in a frame of its own, so that its style leaves the notebook's alone.
+    framed, page = seen["page"]
+    assert page.startswith("<!DOCTYPE html>")
+    assert '<td class="src">x = torch.ones(2, device=&quot;cuda&quot;)</td>' in page  # the cell
+    assert '<tr id="f1-L2" class="hit change">' in page
+    assert framed == (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" title="torchdevice migration '
+        'report" style="width: 100%; height: 32em; border: 1px solid #ccc"></iframe>'
+    )
     # Off: torch is native again, and a CUDA request fails as it does on this machine.
     assert seen["off"] in ("RuntimeError", "AssertionError")
     # A cell's own redirect() is redirected inside its block only; the report goes on.

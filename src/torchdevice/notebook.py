@@ -22,6 +22,7 @@ says where the report goes and what a cell's own ``with torchdevice.redirect():`
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any, Final
 
 from torchdevice import activation, announce, program
@@ -83,8 +84,8 @@ def torchdevice_magic(line: str) -> Any:
 
 
 class _Shown:
-    """A report rendered in one format, displayed as that format (HTML and Markdown
-    rendered by the notebook, text and JSON as they are)."""
+    """A report rendered in one format, displayed as that format (Markdown rendered by the
+    notebook, the HTML page in a frame, text and JSON as they are)."""
 
     def __init__(self, text: str, form: str) -> None:
         self.text = text
@@ -94,7 +95,13 @@ class _Shown:
         return self.text
 
     def _repr_html_(self) -> str | None:
-        return self.text if self.form == "html" else None
+        """The page in a frame of its own: its style must not restyle the notebook."""
+        if self.form != "html":
+            return None
+        return (
+            f'<iframe srcdoc="{escape(self.text, quote=True)}" title="torchdevice migration '
+            'report" style="width: 100%; height: 32em; border: 1px solid #ccc"></iframe>'
+        )
 
     def _repr_markdown_(self) -> str | None:
         return self.text if self.form == "markdown" else None

@@ -26,6 +26,8 @@ seen["report_type"] = type(report).__name__
 seen["rows"] = [(e.api, e.requested, e.decided, e.count, e.site.lineno) for e in report.entries]
 seen["table"] = report._repr_html_()
 seen["markdown"] = shell.run_line_magic("torchdevice", "report markdown")._repr_markdown_()
+page = shell.run_line_magic("torchdevice", "report html")
+seen["page"] = [page._repr_html_(), page.text]
 
 with tools.AssertPrints("torchdevice: off; so far 1 call(s) at 1 site(s)"):
     shell.run_line_magic("torchdevice", "off")

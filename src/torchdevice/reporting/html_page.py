@@ -101,7 +101,7 @@ def _file_section(number: int, filename: str, rows: Sequence[GuideEntry]) -> str
     """One user file: its source with the marked lines, or its rows where it is unreadable."""
     name = escape(guide.display_path(filename))
     heading = f'<h2 id="f{number}">{name}</h2>'
-    lines = linecache.getlines(filename) if not filename.startswith("<") else []
+    lines = linecache.getlines(filename)  # IPython cells too: IPython keeps them there
     by_line: dict[int, list[GuideEntry]] = {}
     for entry in rows:
         by_line.setdefault(entry.site.lineno, []).append(entry)
