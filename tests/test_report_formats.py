@@ -297,3 +297,22 @@ def test_report_prints_text_by_default(tmp_path, capsys):
     assert cli.main(["report", str(good)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("torchdevice migration report (h): 3 call(s) redirected at 1 call site")
+
+
+@pytest.mark.slow
+def test_a_run_writes_the_format_its_report_path_names(tmp_path):
+    (tmp_path / "rep.py").write_text(SCRIPT, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "torchdevice", "--report", "out/r.md", "rep.py"],
+        cwd=tmp_path,
+        env=clean_env(TORCHDEVICE_REPORT="ignored.json"),  # the option wins
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "out" / "r.md").read_text(encoding="utf-8")
+    (table,) = _tables(text)
+    assert [_unspan(cells[0]) for cells in table[1:]] == ["rep.py:2", "rep.py:4", "rep.py:5"]
+    assert not (tmp_path / "ignored.json").exists()
