@@ -23,7 +23,8 @@ FORMATS = ("text", "markdown", "html", "json")
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description=COMMANDS["report"].capitalize()
+        description=COMMANDS["report"][0].upper()
+        + COMMANDS["report"][1:]
         + ". The source lines come from the files the report names, read here (--paths "
         "maps the names of a report made elsewhere). See docs/report.md.",
     )
@@ -32,9 +33,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "-f",
         "--format",
         choices=FORMATS,
-        help="text (the default), markdown (a table for a PR comment), html (one page: "
-        "your source with the redirected lines marked) or json; default: the one the "
-        "--output suffix names (.md, .html, .json), else text",
+        help="text, markdown (a table for a PR comment), html (one page: your source "
+        "with the redirected lines marked) or json; default: the one the --output "
+        "suffix names (.md, .html, .json), else text",
     )
     parser.add_argument(
         "-o",
