@@ -152,7 +152,7 @@ class MigrationReport:
         """Write the format ``path``'s suffix names (:data:`FORMATS_BY_SUFFIX`: ``.json``,
         ``.md``, ``.html``; text otherwise), making the missing parent folders (the tools'
         one rule: :mod:`torchdevice.tools.outputs`)."""
-        text = self.render(FORMATS_BY_SUFFIX.get(path.suffix.lower(), "text"))
+        text = self.render(FORMATS_BY_SUFFIX.get(path.suffix, "text"))  # as file._prepare reads it
         if not path.parent.exists():  # (a file there: writing says "Not a directory")
             path.parent.mkdir(parents=True)
         path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")

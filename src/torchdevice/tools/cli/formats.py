@@ -68,7 +68,7 @@ def main(argv: Sequence[str], prog: str) -> int:
     report = relocate(read_reports(ns.reports, parser, prog), pairs)
     form = ns.format
     if form is None:
-        suffix = "" if ns.output is None else ns.output.suffix.lower()
+        suffix = "" if ns.output is None else ns.output.suffix
         form = FORMATS_BY_SUFFIX.get(suffix, "text")
     text = report.render(form).rstrip("\n") + "\n"
     if ns.output is None:
