@@ -316,3 +316,42 @@ def test_a_run_writes_the_format_its_report_path_names(tmp_path):
     (table,) = _tables(text)
     assert [_unspan(cells[0]) for cells in table[1:]] == ["rep.py:2", "rep.py:4", "rep.py:5"]
     assert not (tmp_path / "ignored.json").exists()
+
+
+def test_the_change_of_a_parenthesized_receiver_keeps_its_parenthesis(tmp_path):
+    """``(x * 2).cuda()`` (the example notebook's cell) is ported to ``(x * 2).to(device)``:
+    the receiver's node ends before the parenthesis, so the rename is of ``cuda`` alone."""
+    import ast
+
+    from torchdevice import port_rules
+
+    text = "import torch\nx = torch.ones(3)\ny = (x * 2).cuda()\nw = x . cuda()\n"
+    script = tmp_path / "t.py"
+    script.write_text(text)
+    rows = (
+        Entry(
+            CallSite(str(script), 3, "f"),
+            "redirect",
+            "Tensor.cuda",
+            "cuda",
+            "cpu:0",
+            "r",
+            1,
+            ((3, 3, 4, 18),),
+        ),
+        Entry(
+            CallSite(str(script), 4, "f"),
+            "redirect",
+            "Tensor.cuda",
+            "cuda",
+            "cpu:0",
+            "r",
+            1,
+            ((4, 4, 4, 14),),
+        ),
+    )
+    ported, _ = port_rules.port_source(text, rows)
+    ast.parse(ported)
+    assert "y = (x * 2).to(device)\n" in ported
+    assert "w = x . to(device)\n" in ported
+    assert MigrationReport("h", rows[:1]).to_markdown().endswith("| `(x * 2).to(device)` |")
