@@ -76,3 +76,15 @@ def example(session: nox.Session) -> None:
     """Run the CUDA-first example script redirected (README command 1)."""
     _install(session)
     session.run("python", "-m", "torchdevice", "examples/train_cuda.py", *session.posargs)
+
+
+@nox.session
+def notebook(session: nox.Session) -> None:
+    """The notebook tests with Jupyter installed: IPython's test shell and
+    ``jupyter nbconvert --execute`` of examples/notebook.ipynb in a real kernel.
+
+    Apart from ``tests`` because the ``notebook`` extra is about 95 MB (39 packages, jedi
+    and debugpy the largest); without it those two tests skip.
+    """
+    _install(session, "test,notebook")
+    session.run("python", "-X", "dev", "-m", "pytest", "tests/test_notebook.py", *session.posargs)

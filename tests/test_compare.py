@@ -14,6 +14,7 @@ from torchdevice.tools.compare import (
     TestResult,
     categorize,
     compare_runs,
+    progress,
     read_results,
     render_markdown,
     runner,
@@ -260,3 +261,32 @@ def test_compare_the_sample_suite_under_xdist(
     ) in md
     report = json.loads((output / "migration-report.json").read_text())
     assert report["total_calls"] >= 3
+
+
+@pytest.mark.parametrize(
+    ("done", "collected", "elapsed", "expected", "left"),
+    [
+        (2, 10, 4.0, None, 16.0),  # the run's own pace: 2 s a test, 8 tests left
+        (2, 10, 4.0, 100.0, 16.0),  # its own pace wins once it has one
+        (0, 10, 4.0, 30.0, 26.0),  # before a test finished: the other run's duration
+        (0, None, 40.0, 30.0, 0.0),  # longer than the other run took: nothing left to say
+        (0, None, 1.0, None, None),  # nothing to go by
+        (12, 10, 4.0, None, 0.0),  # more results than collected (reruns): none left
+    ],
+)
+def test_compare_estimates_what_is_left(done, collected, elapsed, expected, left) -> None:
+    assert progress.estimate_left(done, collected, elapsed, expected) == left
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.4, "about 5 s left"),
+        (23, "about 25 s left"),
+        (59, "about 60 s left"),
+        (61, "about 1 min left"),
+        (600, "about 10 min left"),
+    ],
+)
+def test_eta_is_a_rough_figure(seconds, text) -> None:
+    assert progress.eta_text(seconds) == text

@@ -123,20 +123,27 @@ def test_text_groups_the_users_lines_with_source_and_advice_then_libraries(tmp_p
     )
     lines = report.to_text().splitlines()
     assert lines[0].startswith("torchdevice migration report (cpu host, test): 14 call(s)")
-    assert lines[1].startswith("Your code: 2 line(s) to change.")
-    assert guide.CHOOSE_DEVICE in lines[1]
-    # By file and line (not by count), each with its source and what to change.
-    assert "train.py:2 in main(): torch.zeros(cuda) -> cpu:0 x5" in lines[2]
-    assert lines[3] == '      | x = torch.zeros(2, device="cuda")'
-    # The file can be read: the advice is the port of the call itself.
-    assert lines[4] == "      change: `torch.zeros(2, device=device)`"
-    assert "train.py:3 in main(): Tensor.cuda(cuda) -> cpu:0 x2" in lines[5]
-    assert lines[6] == "      | x = x.cuda()"
-    assert lines[7] == "      change: `x.to(device)`"
+    # Short lines: what to do, the one line that chooses the device on a line of its own.
+    assert lines[1] == (
+        "Your code: 2 line(s) to change (`torchdevice port` writes the patch). "
+        "Choose the device once,"
+    )
+    assert lines[2] == f"    {guide.CHOOSE_DEVICE}"
+    assert lines[3] == "  and pass it:"
+    # By file and line (not by count), two lines each: what happened, then the source with
+    # what to change it to (the file can be read: the port of the call itself).
+    assert "train.py:2 in main(): torch.zeros(cuda) -> cpu:0 x5" in lines[4]
+    assert (
+        lines[5]
+        == '      x = torch.zeros(2, device="cuda")  # change: `torch.zeros(2, device=device)`'
+    )
+    assert "train.py:3 in main(): Tensor.cuda(cuda) -> cpu:0 x2" in lines[6]
+    assert lines[7] == "      x = x.cuda()  # change: `x.to(device)`"
     assert lines[8].startswith("Library call sites (not your lines")
     assert lines[9] == "  transformers: 1 call site(s), 7 call(s)"
     assert "modeling.py:10 in main(): Module.to(cuda)" in lines[10]
     assert len(lines) == 11
+    assert max(len(line) for line in lines[:4]) <= 100
 
 
 def test_text_stays_short_on_a_big_run(tmp_path):
@@ -226,11 +233,10 @@ def test_a_real_run_reports_device_api_rows(tmp_path):
     torch.cuda.synchronize()
     text = torchdevice.report().to_text()
     assert "torch.cuda.synchronize(cuda) -> cpu:0 x1 [device-api:" in text
-    assert "      | torch.cuda.synchronize()" in text
     assert (
-        "      change: `if torch.accelerator.is_available(): torch.accelerator.synchronize()`"
-        in text
-    )
+        "      torch.cuda.synchronize()  # change: "
+        "`if torch.accelerator.is_available(): torch.accelerator.synchronize()`"
+    ) in text.splitlines()
 
 
 def test_the_port_by_hand_page_shows_the_table_the_report_and_the_patch_use():

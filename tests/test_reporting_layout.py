@@ -14,7 +14,17 @@ SRC = Path(__file__).parents[1] / "src"
 PACKAGE = SRC / "torchdevice"
 
 #: The reporting package, bottom first: each module may import only those before it.
-LAYERS = ("guide", "entries", "schema", "report", "recorder", "parts", "file")
+LAYERS = (
+    "guide",
+    "markdown",
+    "html_page",
+    "entries",
+    "schema",
+    "report",
+    "recorder",
+    "parts",
+    "file",
+)
 
 
 def _module_name(path: Path) -> str:

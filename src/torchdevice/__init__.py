@@ -62,6 +62,21 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'torchdevice' has no attribute {name!r}")
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext torchdevice`` in IPython or Jupyter: redirect the kernel, and the
+    ``%torchdevice`` magic (:mod:`torchdevice.notebook`; docs/notebooks.md)."""
+    from torchdevice import notebook  # noqa: PLC0415 - IPython asks for it by this name
+
+    notebook.load_ipython_extension(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext torchdevice``: torch as it was (:func:`disable`)."""
+    from torchdevice import notebook  # noqa: PLC0415 - IPython asks for it by this name
+
+    notebook.unload_ipython_extension(ipython)
+
+
 __all__ = [
     "DeviceRequestError",
     "DeviceRequestTypeError",

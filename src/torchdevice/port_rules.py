@@ -676,9 +676,11 @@ class _Porter:
         if not isinstance(call.func, ast.Attribute):
             self.note(call, "a .cuda() call through an alias: use .to(device)")
             return
+        name_end = self.src.end(call.func)  # the attribute's name ends the attribute
         self.edits.append(
-            _Edit(self.src.end(call.func.value), self.src.end(call.func), ".to")
-        )  # `.cuda` -> `.to` (the receiver and the arguments are edited apart)
+            _Edit(name_end - len(call.func.attr), name_end, "to")
+        )  # `cuda` -> `to`: only the name, so `(x * 2).cuda()` keeps its parenthesis (the
+        # receiver ends before it) and the receiver and the arguments are edited apart
         positional = call.args[0] if call.args else None
         keyword = keyword_of(call, "device")
         if positional is not None:

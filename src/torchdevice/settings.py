@@ -133,9 +133,10 @@ class Settings:
     a C++ compiler is); tests inject other hosts as Host objects.
     """
     report_path: Path | None = field(default=None, metadata=setting(env="TORCHDEVICE_REPORT"))
-    """Where the migration report is written when the process exits (JSON if .json),
-    whichever way torchdevice was switched on; a path that cannot be written is refused at
-    activation, as the tools refuse theirs."""
+    """Where the migration report is written when the process exits (JSON if .json,
+    Markdown if .md, an HTML page if .html, else text), whichever way torchdevice was
+    switched on; a path that cannot be written is refused at activation, as the tools
+    refuse theirs."""
     fallback: bool = field(default=True, metadata=setting(env="TORCHDEVICE_FALLBACK"))
     """Rerun on the CPU the ops the accelerator cannot run."""
     cuda_available: bool = field(default=True, metadata=setting(env="TORCHDEVICE_CUDA_AVAILABLE"))

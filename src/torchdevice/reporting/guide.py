@@ -27,7 +27,15 @@ from typing import Final, Protocol
 from torchdevice import port_rules
 from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, rewrite_for
 
-__all__ = ["CHOOSE_DEVICE", "advice", "origin", "render_text", "to_change"]
+__all__ = [
+    "CHOOSE_DEVICE",
+    "advice",
+    "display_path",
+    "origin",
+    "render_text",
+    "source_line",
+    "to_change",
+]
 
 
 class GuideEntry(port_rules.PortEntry, Protocol):
@@ -159,14 +167,15 @@ TEXT_LIMIT: Final = 25
 def _row(entry: GuideEntry) -> str:
     site = entry.site
     return (
-        f"  {_display_path(site.filename)}:{site.lineno} in {site.function}(): "
+        f"  {display_path(site.filename)}:{site.lineno} in {site.function}(): "
         f"{entry.api}({entry.requested}) -> {entry.decided} "
         f"x{entry.count} [{entry.kind}: {entry.reason}]"
     )
 
 
-def _display_path(filename: str) -> str:
-    """``filename`` relative to the working directory when it lies below it."""
+def display_path(filename: str) -> str:
+    """``filename`` relative to the working directory when it lies below it (the name a
+    person reads in every format of the report)."""
     try:
         relative = os.path.relpath(filename)
     except ValueError:  # another drive (Windows)
@@ -174,7 +183,8 @@ def _display_path(filename: str) -> str:
     return filename if relative.startswith(os.pardir) else relative
 
 
-def _source(entry: GuideEntry) -> str:
+def source_line(entry: GuideEntry) -> str:
+    """The text of ``entry``'s line, stripped (empty where the file cannot be read)."""
     return linecache.getline(entry.site.filename, entry.site.lineno).strip()
 
 
@@ -213,21 +223,26 @@ def render_text(entries: Sequence[GuideEntry], header: str, limit: int = TEXT_LI
 
 
 def _own_section(entries: Iterable[GuideEntry], changes: int) -> list[str]:
+    """Two lines per row: where and what happened; then the line's source with what to
+    change it to beside it, as a comment (``change:`` alone where the source cannot be
+    read or a second row shares the line)."""
     rows = sorted(entries, key=lambda e: (e.site.filename, e.site.lineno, -e.count))
     if not rows:
         return []
     lines = [
-        f"Your code: {changes} line(s) to change. Device-agnostic code chooses the device "
-        f"once, `{CHOOSE_DEVICE}`, and passes it; `torchdevice port` writes the patch.",
+        f"Your code: {changes} line(s) to change (`torchdevice port` writes the patch). "
+        "Choose the device once,",
+        f"    {CHOOSE_DEVICE}",
+        "  and pass it:",
     ]
     previous: tuple[str, int] | None = None
     for entry in rows:
         lines.append(_row(entry))
         here = (entry.site.filename, entry.site.lineno)
-        if here != previous:
-            source = _source(entry)
-            if source:
-                lines.append(f"      | {source}")
-            previous = here
-        lines.append(f"      change: {advice(entry)}")
+        source = source_line(entry) if here != previous else ""
+        previous = here
+        if source:
+            lines.append(f"      {source}  # change: {advice(entry)}")
+        else:
+            lines.append(f"      change: {advice(entry)}")
     return lines

@@ -16,13 +16,13 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from torchdevice.callsite import CallSite, Position
-from torchdevice.reporting import guide
+from torchdevice.reporting import guide, html_page, markdown
 from torchdevice.reporting.entries import SCHEMA_VERSION, Entry, Key, by_count
 
-__all__ = ["MigrationReport", "merge", "path_mapping", "relocate"]
+__all__ = ["FORMATS_BY_SUFFIX", "MigrationReport", "merge", "path_mapping", "relocate"]
 
 
 @dataclass(frozen=True)
@@ -94,32 +94,78 @@ class MigrationReport:
             text += ", ".join(str(rank) for rank in self.ranks) + ")"
         return text
 
+    def _counted(self) -> str:
+        """``5 call(s) redirected at 3 call site(s)`` (and the processes)."""
+        if not self.entries:
+            return f"no call was redirected{self._processes_text()}."
+        return (
+            f"{self.total} call(s) redirected at {len(self.entries)} call site(s)"
+            f"{self._processes_text()}"
+        )
+
+    def summary(self) -> str:
+        """``cpu host, ...: 5 call(s) redirected at 3 call site(s)``: the line the
+        Markdown, HTML and notebook forms open with."""
+        return f"{self.host}: {self._counted()}"
+
     def to_text(self) -> str:
         """The report as a porting guide a person reads at the end of a run: the user's
         lines to change, grouped by file and line with their source and replacement, then
         the libraries' call sites apart (:func:`torchdevice.reporting.guide.render_text`)."""
-        if not self.entries:
-            return (
-                f"torchdevice migration report ({self.host}): no call was redirected"
-                f"{self._processes_text()}."
-            )
-        header = (
-            f"torchdevice migration report ({self.host}): "
-            f"{self.total} call(s) redirected at {len(self.entries)} call site(s)"
-            f"{self._processes_text()}"
-        )
+        header = f"torchdevice migration report ({self.host}): {self._counted()}"
         return guide.render_text(self.entries, header)
+
+    def to_markdown(self) -> str:
+        """The report as a Markdown table for a pull request comment
+        (:mod:`torchdevice.reporting.markdown`)."""
+        return markdown.render_markdown(self.entries, self.summary())
+
+    def to_html(self) -> str:
+        """The report as one HTML page, the user's source with the redirected lines marked
+        (:mod:`torchdevice.reporting.html_page`)."""
+        return html_page.render_html(self.entries, self.summary())
+
+    def _repr_html_(self) -> str:
+        """A notebook shows a report as a table (IPython's rich display protocol)."""
+        return html_page.render_table(self.entries, self.summary())
+
+    def _repr_markdown_(self) -> str:
+        """Front ends that render Markdown but not HTML show the Markdown table."""
+        return self.to_markdown()
 
     def __str__(self) -> str:
         return self.to_text()
 
+    def render(self, form: str) -> str:
+        """The report in ``form``: ``json``, ``text``, ``markdown`` or ``html``."""
+        renderers = {
+            "json": self.to_json,
+            "text": self.to_text,
+            "markdown": self.to_markdown,
+            "html": self.to_html,
+        }
+        if form not in renderers:
+            raise ValueError(f"no report format {form!r}: one of {', '.join(renderers)}")
+        return renderers[form]()
+
     def write(self, path: Path) -> None:
-        """Write JSON if ``path`` ends in ``.json``, text otherwise, making the missing
-        parent folders (the tools' one rule: :mod:`torchdevice.tools.outputs`)."""
-        text = self.to_json() if path.suffix == ".json" else self.to_text()
+        """Write the format ``path``'s suffix names (:data:`FORMATS_BY_SUFFIX`: ``.json``,
+        ``.md``, ``.html``; text otherwise), making the missing parent folders (the tools'
+        one rule: :mod:`torchdevice.tools.outputs`)."""
+        text = self.render(FORMATS_BY_SUFFIX.get(path.suffix, "text"))  # as file._prepare reads it
         if not path.parent.exists():  # (a file there: writing says "Not a directory")
             path.parent.mkdir(parents=True)
-        path.write_text(text + "\n", encoding="utf-8")
+        path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+
+
+#: The format a report file is written in, by its suffix (text for any other).
+FORMATS_BY_SUFFIX: Final[dict[str, str]] = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+}
 
 
 def merge(reports: Iterable[MigrationReport], host: str | None = None) -> MigrationReport:

@@ -12,10 +12,10 @@ Registered through the ``pytest11`` entry point, so an installed torchdevice add
     torchdevice, at start-up).
 ``--torchdevice-report PATH``
     write the migration report at the end of the session (JSON if ``PATH`` ends in
-    ``.json``, text otherwise). Under pytest-xdist every worker sends its report to the
-    controller, which merges them (:func:`torchdevice.reporting.merge`: counts of identical
-    call sites add up) into one file, with the parts of other child processes
-    (:mod:`torchdevice.reporting.parts`).
+    ``.json``, Markdown if ``.md``, HTML if ``.html``, text otherwise). Under pytest-xdist
+    every worker sends its report to the controller, which merges them
+    (:func:`torchdevice.reporting.merge`: counts of identical call sites add up) into one
+    file, with the parts of other child processes (:mod:`torchdevice.reporting.parts`).
 fixture ``torchdevice``
     redirects the one test that asks for it and restores torch after it; yields the active
     :class:`~torchdevice.runtime.Runtime`.
@@ -159,7 +159,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         dest="torchdevice_report",
         help="write the migration report to PATH at the end of the session (JSON if PATH "
-        "ends in .json); under xdist the workers' reports are merged into it",
+        "ends in .json, Markdown if .md, HTML if .html, else text); under xdist the "
+        "workers' reports are merged into it",
     )
     group.addoption(
         "--torchdevice-skip-unsupported",

@@ -9,6 +9,7 @@
     torchdevice compare [--output DIR] [PYTEST ARGS...] # tests native vs redirected
     torchdevice port [-o PATCH] (--report REPORT.json... | SCRIPT [ARGS...])  # a patch
     torchdevice combine [-o OUT] REPORT.json...          # merge reports of separate runs
+    torchdevice report [-f FORMAT] [-o OUT] REPORT.json... # text, markdown or html
     torchdevice --version
 
 ``run`` is the default: a first argument that is no subcommand is the script. Each
@@ -17,7 +18,8 @@ subcommand has its own ``--help``.
 This module holds the dispatch by first word and the parser that documents the command as
 a whole; each subcommand's parser and what it does with its arguments is a module of its
 own (:mod:`~torchdevice.tools.cli.run`, :mod:`~torchdevice.tools.cli.info`,
-:mod:`~torchdevice.tools.cli.port`, :mod:`~torchdevice.tools.cli.combine`; ``compare`` is
+:mod:`~torchdevice.tools.cli.port`, :mod:`~torchdevice.tools.cli.combine`,
+:mod:`~torchdevice.tools.cli.formats` (``report``); ``compare`` is
 :mod:`torchdevice.tools.compare`), and the work itself lives in the launcher, ``compare``,
 ``port`` and ``reporting``. The subcommands' modules import nothing heavy at the top, so
 that ``torchdevice info`` stays light.
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from torchdevice import __version__
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError
-from torchdevice.tools.cli import combine, info, port, run
+from torchdevice.tools.cli import combine, formats, info, port, run
 from torchdevice.tools.cli.summaries import COMMANDS
 
 __all__ = ["main"]
@@ -77,6 +79,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "torchdevice") -> int:
         return port.main(rest, f"{prog} port")
     if command == "combine":
         return combine.main(rest, f"{prog} combine")
+    if command == "report":
+        return formats.main(rest, f"{prog} report")
     if command == "compare":
         from torchdevice.tools import compare  # noqa: PLC0415 - only this subcommand needs it
 

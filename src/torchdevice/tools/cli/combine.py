@@ -28,7 +28,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--output",
         type=Path,
         metavar="PATH",
-        help="write it to PATH (JSON if it ends in .json, text otherwise; default: JSON on stdout)",
+        help="write it to PATH (JSON if it ends in .json, Markdown if .md, HTML if .html, "
+        "text otherwise; default: JSON on stdout)",
     )
     parser.add_argument(
         "--paths",

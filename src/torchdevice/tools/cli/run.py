@@ -39,8 +39,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
         "--report",
         type=Path,
         metavar="PATH",
-        help="write the migration report to PATH (JSON if it ends in .json) "
-        "instead of printing it to stderr",
+        help="write the migration report to PATH (JSON if it ends in .json, Markdown if "
+        ".md, an HTML page if .html, else text) instead of printing it to stderr",
     )
     result.add_argument("--no-report", action="store_true", help="print no report at exit")
     for field in _FLAGGED:  # the settings' own flags, from their declaration

@@ -15,4 +15,5 @@ COMMANDS: Final[dict[str, str]] = {
     "port": "write a patch that makes your files device-agnostic, from a migration report "
     "(or by running the script redirected)",
     "combine": "merge JSON migration reports made by separate runs into one",
+    "report": "show a JSON migration report as text, a Markdown table or an HTML page",
 }

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -22,6 +21,7 @@ import psutil
 from torchdevice.errors import SettingsError
 from torchdevice.host import HOST_CHOICES
 from torchdevice.tools.compare.model import RunResult, TestResult, compare_runs
+from torchdevice.tools.compare.progress import Progress
 from torchdevice.tools.compare.render import rate, write
 from torchdevice.tools.compare_plugin import CHECK_VAR, ENV_VAR
 from torchdevice.tools.options import split_leading
@@ -53,51 +53,6 @@ def read_results(lines: Iterable[str], run: RunResult) -> None:
                 redirects=record.get("redirects"),
                 fallbacks=record.get("fallbacks"),
             )
-
-
-class _Progress:
-    """One status line per run: on a terminal rewritten in place, else every few seconds."""
-
-    def __init__(self, stream: TextIO | None, label: str) -> None:
-        self.stream = stream
-        self.label = label
-        self.tty = stream is not None and stream.isatty()
-        self.last_print = time.monotonic()
-        self.start = time.monotonic()
-        self.shown = ""
-        self.printed = ""
-
-    def line(self, run: RunResult) -> str:
-        counts = Counter(result.outcome for result in run.tests.values())
-        total = "?" if run.collected is None else str(run.collected)
-        return (
-            f"{self.label}: {len(run.tests)}/{total} tests done ({counts['passed']} passed, "
-            f"{counts['failed']} failed, {counts['error']} errors, {counts['skipped']} skipped)"
-        )
-
-    def update(self, run: RunResult) -> None:
-        if self.stream is None:
-            return
-        text = self.line(run)
-        now = time.monotonic()
-        if self.tty and text != self.shown:
-            self.stream.write("\r\x1b[K" + text)
-            self.stream.flush()
-        elif not self.tty and text != self.printed and now - self.last_print >= 10:
-            self.stream.write(text + "\n")  # a log file: a line every 10 s at most
-            self.stream.flush()
-            self.last_print, self.printed = now, text
-        self.shown = text
-
-    def finish(self, run: RunResult) -> None:
-        if self.stream is None:
-            return
-        prefix = "\r\x1b[K" if self.tty else ""
-        elapsed = time.monotonic() - self.start
-        self.stream.write(
-            f"{prefix}{self.line(run)} in {elapsed:.1f} s, exit status {run.exit_code}\n"
-        )
-        self.stream.flush()
 
 
 def _child_env(log: Path | None) -> dict[str, str]:
@@ -176,11 +131,13 @@ def run_pytest(
     host: str | None = None,
     progress: TextIO | None = sys.stderr,
     poll_s: float = 0.2,
+    expected_s: float | None = None,
 ) -> RunResult:
     """Run pytest in a child process, showing progress; its results as a :class:`RunResult`.
 
     ``host`` (``--host``) goes to the redirected run only, as ``--torchdevice-host``: in
-    the arguments both runs share it would redirect the native run too.
+    the arguments both runs share it would redirect the native run too. ``expected_s``
+    (the other run's duration) gives the progress line an ETA before a test has finished.
     """
     log = output / f"{label}.jsonl"
     log.write_text("", encoding="utf-8")
@@ -202,7 +159,7 @@ def run_pytest(
         command += ["-o", "torchdevice=false"]
     command += list(pytest_args)
     run = RunResult(label, command)
-    display = _Progress(progress, label)
+    display = Progress(progress, label, expected_s)
     started = time.monotonic()
     interrupted = False
     with (
@@ -361,7 +318,13 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
             log = (output / "native.log").read_text(encoding="utf-8", errors="replace")
             parser.exit(2, f"{prog}: error: pytest: {_usage_line(log)}\n")
         redirected = run_pytest(
-            "redirected", pytest_args, output, redirected=True, host=ns.host, progress=progress
+            "redirected",
+            pytest_args,
+            output,
+            redirected=True,
+            host=ns.host,
+            progress=progress,
+            expected_s=native.duration_s,
         )
     except Interrupted as stop:
         if stop.run.label == "native":
