@@ -277,6 +277,30 @@ def test_sentence_transformers_style_encode_under_inference_mode_and_train(host)
     assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
 
 
+def test_hogwild_shared_model_trains_in_place_or_fails_clearly():
+    """pytorch/examples' mnist_hogwild with ``--cuda``: ``model.share_memory()``, spawned
+    processes train it in place, the parent tests what they trained. On the CPU host shared
+    memory carries the children's writes back: the numbers are native's. The MPS host has no
+    IPC, so the children would train a copy and the parent test an untrained model (the
+    sweep found it silently so: ``trained`` false); sending the shared model raises instead."""
+    reference = native("hogwild.py")
+    assert reference["trained"] is True
+    facts = redirected("cpu", "hogwild.py", "--cuda")
+    same(facts, reference, "trained", "test_loss", "correct", "weights")
+    assert facts["device"] == "cpu"
+
+    argv = ["-m", "torchdevice", str(PROGRAMS / "hogwild.py"), "--cuda"]
+    result = _python(argv, PROGRAMS, TORCHDEVICE_HOST="simulated-mps")
+    assert result.returncode != 0
+    assert '"trained"' not in result.stdout  # no silent run on an untrained model
+    assert (
+        "torchdevice.errors.UnsupportedFeatureError: Sharing device memory between processes "
+        "(CUDA IPC" in result.stderr
+    )
+    assert "Hogwild" in result.stderr
+    assert "cpu:-1" in result.stderr
+
+
 def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()
