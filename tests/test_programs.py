@@ -301,6 +301,26 @@ def test_hogwild_shared_model_trains_in_place_or_fails_clearly():
     assert "cpu:-1" in result.stderr
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_dino_style_metric_logger_takes_the_median_of_numpy_float64_entries(host):
+    """DINO's ``SmoothedValue.median``: ``torch.tensor(list(window))`` of a NumPy schedule's
+    float64 entries, with no device, lands on the device; MPS has no float64, so the float64
+    rule applies to data torch reads as float64 (was: ``TypeError: Cannot convert a ... Tensor
+    to float64``). Losses are native's; on MPS the medians are native's in float32."""
+    facts = redirected(host, "dino_logger.py")
+    reference = native("dino_logger.py", "--device", "cpu")
+    same(facts, reference, "losses", "loss_median", "wd_avg", "lr_global_avg")
+    if host == "cpu":
+        same(facts, reference, "lr_medians")
+        assert facts["device"] == "cpu"
+    else:
+        float32 = torch.tensor(reference["lr_medians"], dtype=torch.float32).tolist()
+        assert facts["lr_medians"] == float32
+        assert float32 != reference["lr_medians"]  # the rule shows in these numbers
+        assert facts["device"] == "simgpu:0"
+        assert "MPS has no float64: float32 on the device" in facts["stderr"]
+
+
 def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()
