@@ -277,6 +277,50 @@ def test_sentence_transformers_style_encode_under_inference_mode_and_train(host)
     assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
 
 
+def test_hogwild_shared_model_trains_in_place_or_fails_clearly():
+    """pytorch/examples' mnist_hogwild with ``--cuda``: ``model.share_memory()``, spawned
+    processes train it in place, the parent tests what they trained. On the CPU host shared
+    memory carries the children's writes back: the numbers are native's. The MPS host has no
+    IPC, so the children would train a copy and the parent test an untrained model (the
+    sweep found it silently so: ``trained`` false); sending the shared model raises instead."""
+    reference = native("hogwild.py")
+    assert reference["trained"] is True
+    facts = redirected("cpu", "hogwild.py", "--cuda")
+    same(facts, reference, "trained", "test_loss", "correct", "weights")
+    assert facts["device"] == "cpu"
+
+    argv = ["-m", "torchdevice", str(PROGRAMS / "hogwild.py"), "--cuda"]
+    result = _python(argv, PROGRAMS, TORCHDEVICE_HOST="simulated-mps")
+    assert result.returncode != 0
+    assert '"trained"' not in result.stdout  # no silent run on an untrained model
+    assert (
+        "torchdevice.errors.UnsupportedFeatureError: Sharing device memory between processes "
+        "(CUDA IPC" in result.stderr
+    )
+    assert "Hogwild" in result.stderr
+    assert "cpu:-1" in result.stderr
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_dino_style_metric_logger_takes_the_median_of_numpy_float64_entries(host):
+    """DINO's ``SmoothedValue.median``: ``torch.tensor(list(window))`` of a NumPy schedule's
+    float64 entries, with no device, lands on the device; MPS has no float64, so the float64
+    rule applies to data torch reads as float64 (was: ``TypeError: Cannot convert a ... Tensor
+    to float64``). Losses are native's; on MPS the medians are native's in float32."""
+    facts = redirected(host, "dino_logger.py")
+    reference = native("dino_logger.py", "--device", "cpu")
+    same(facts, reference, "losses", "loss_median", "wd_avg", "lr_global_avg")
+    if host == "cpu":
+        same(facts, reference, "lr_medians")
+        assert facts["device"] == "cpu"
+    else:
+        float32 = torch.tensor(reference["lr_medians"], dtype=torch.float32).tolist()
+        assert facts["lr_medians"] == float32
+        assert float32 != reference["lr_medians"]  # the rule shows in these numbers
+        assert facts["device"] == "simgpu:0"
+        assert "MPS has no float64: float32 on the device" in facts["stderr"]
+
+
 def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()

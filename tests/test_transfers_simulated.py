@@ -298,4 +298,35 @@ def test_torch_mps_answers_from_the_device_as_on_a_mac(accelerator):
     assert torch.equal(torch.rand(3, device="mps").cpu(), first.cpu())
 
 
+def test_a_list_torch_reads_as_float64_takes_the_dtype_rule(accelerator):
+    """NumPy float64 scalars in a list (a NumPy schedule's entries) make torch infer float64,
+    which MPS rejects; the float64 rule applies as to float64 data, placed or not."""
+    entries = [np.float64(0.1), np.float64(0.25), 0.5]
+    for made in (torch.tensor(entries), torch.tensor(entries, device="cuda")):
+        assert (made.device, made.dtype) == (accelerator, torch.float32)
+        assert torch.equal(made.cpu(), torch.tensor(entries, dtype=torch.float32, device="cpu:-1"))
+        torch.zeros(0, device="cpu:-1")  # the override off again
+    with pytest.raises(TypeError, match="unexpected"):  # other TypeErrors are torch's own
+        torch.tensor(entries, unexpected=1)
+
+
+def test_a_device_tensor_put_in_shared_memory_refuses_to_travel_as_a_copy(accelerator):
+    """Hogwild: ``share_memory_()`` says other processes will write into the tensor, which
+    a copy (all that crosses a process boundary from a device without IPC) cannot carry
+    back; sending it raises. Tensors not put in shared memory still travel by value."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from torchdevice.errors import UnsupportedFeatureError
+
+    model = nn.Linear(2, 2).cuda()
+    ForkingPickler.dumps(model.weight)  # by value
+    model.share_memory()
+    assert model.weight.device == accelerator
+    with pytest.raises(UnsupportedFeatureError, match=r"between processes \(CUDA IPC") as error:
+        ForkingPickler.dumps(model.weight)
+    assert error.value.feature.startswith("Sharing device memory between processes")
+    with pytest.raises(UnsupportedFeatureError):
+        ForkingPickler.dumps(torch.ones(2, device="cuda").share_memory_())
+
+
 mirror_in_parent(globals())

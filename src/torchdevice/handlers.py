@@ -13,6 +13,7 @@ none. The table of which function goes to which handler, and why, is
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -110,6 +111,31 @@ def _factory_dtype(
         kwargs["dtype"] = narrowed
 
 
+def _inferred_float64(
+    rt: Runtime, func: Callable[..., Any], kwargs: dict[str, Any], call: Callable[[], Any]
+) -> Any:
+    """``call()``, the dtype rule applied to data torch reads as float64 from inside.
+
+    Why: a list of NumPy float64 scalars (a NumPy learning-rate schedule's entries, as in
+    DINO's ``MetricLogger``) has no ``dtype`` to read before the call, but torch infers
+    float64 from it, which the MPS device rejects with a ``TypeError``. Only then, for a data
+    factory without ``dtype=``, is the call made again with the rule's dtype (float32, logged):
+    the common call costs nothing.
+    """
+    try:
+        return call()
+    except TypeError as error:
+        if func not in _DATA_FACTORIES or kwargs.get("dtype") is not None:
+            raise
+        if "float64" not in str(error):
+            raise
+        narrowed = rt.narrow_float64(func, kwargs.get("device"), torch.float64)
+        if narrowed is torch.float64:
+            raise
+    kwargs["dtype"] = narrowed
+    return call()
+
+
 # -- factories --------------------------------------------------------------------------
 def factory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -129,8 +155,10 @@ def factory(
         _drop_pin(rt, default, kwargs, func)
         if rt.float64_device is not None:
             _factory_dtype(rt, func, args, kwargs)
+            result = _inferred_float64(rt, func, kwargs, lambda: func(*args, **kwargs))
+        else:
+            result = func(*args, **kwargs)
         # Natively a host tensor; here on the accelerator: it stands for the host.
-        result = func(*args, **kwargs)
         if is_tracing() or compiler._is_compiling_flag:  # asked once: no place() here
             return result
         return mark_placed(result, "host")
@@ -141,6 +169,9 @@ def factory(
         _drop_pin(rt, device, kwargs, func)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
+        if func in _DATA_FACTORIES and args:
+            call = functools.partial(_from_data, func, args, kwargs, wanted)
+            return _inferred_float64(rt, func, kwargs, call)
     if func in _DATA_FACTORIES and args:
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)

@@ -15,10 +15,19 @@ shared memory: such a copy is a temporary, and the file descriptor a spawn child
 would be closed before the child starts. Unlike CUDA IPC, the two processes then hold
 separate copies: writes in the receiver are not seen by the sender. DataLoader batches,
 datasets handed to workers and results of pool tasks do not rely on that.
+
+Code that does rely on it says so: it puts the tensor in shared memory first
+(``share_memory_()``, ``Module.share_memory()``: a no-op on CUDA, whose memory IPC shares
+anyway) and then hands it to other processes that write into it, as Hogwild training does
+(pytorch/examples' ``mnist_hogwild --cuda``). A copy there would train in the children and
+leave the parent's model untouched, silently; so a tensor put in shared memory on such a device
+is marked, and sending it raises :class:`~torchdevice.errors.UnsupportedFeatureError` (a Mac's
+own torch refuses every MPS tensor there, with ``_share_fd_: only available on CPU``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -26,6 +35,7 @@ from typing import Any
 import torch
 
 from torchdevice import ledger
+from torchdevice.errors import UnsupportedFeatureError
 
 __all__ = ["GROUP", "install", "spots"]
 
@@ -33,6 +43,9 @@ __all__ = ["GROUP", "install", "spots"]
 GROUP = "accelerator tensor sharing"
 
 _Reducer = Callable[[torch.Tensor], Any]
+
+#: The attribute that marks a device tensor its program put in shared memory.
+_SHARED = "_torchdevice_share_memory"
 
 
 def install(device_type: str | None) -> None:
@@ -48,6 +61,22 @@ def install(device_type: str | None) -> None:
             continue
         reducers[cls] = _through_the_host(original, device_type)
         ledger.hook(GROUP, f"ForkingPickler reducer of {cls.__name__}", _restore(cls, original))
+    share = _marking(torch.Tensor.share_memory_, device_type)
+    ledger.set_attr(GROUP, torch.Tensor, "share_memory_", share)
+
+
+def _marking(original: Callable[[torch.Tensor], torch.Tensor], device_type: str) -> Any:
+    """``Tensor.share_memory_`` that marks tensors on ``device_type``: their program expects
+    other processes' writes to come back, which a copy cannot do."""
+
+    @functools.wraps(original)
+    def share_memory_(self: torch.Tensor) -> torch.Tensor:
+        result = original(self)
+        if self.device.type == device_type:
+            setattr(self, _SHARED, True)
+        return result
+
+    return share_memory_
 
 
 def _restore(cls: type, original: _Reducer) -> Callable[[], None]:
@@ -63,6 +92,16 @@ def _through_the_host(original: _Reducer, device_type: str) -> _Reducer:
     def reduce(tensor: torch.Tensor) -> Any:
         if tensor.device.type != device_type:
             return original(tensor)
+        if getattr(tensor, _SHARED, False):
+            raise UnsupportedFeatureError(
+                "Sharing device memory between processes (CUDA IPC: a tensor put in shared "
+                "memory with share_memory_() or Module.share_memory(), then sent to another "
+                "process)",
+                f"The {device_type} device has no IPC: the other process would get a copy, and "
+                "what it writes there (Hogwild training) would never reach this one. Keep the "
+                "shared model and its inputs on the CPU (device 'cpu:-1' under torchdevice), "
+                "or train with DistributedDataParallel.",
+            )
         if tensor.requires_grad and not tensor.is_leaf:  # as torch's own reduce_tensor
             raise RuntimeError(
                 "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
@@ -107,7 +146,8 @@ def _rebuild(
 
 def spots() -> tuple[ledger.Spot, ...]:
     """Everything :func:`install` changes, for the pristine check."""
-    return tuple(_reducer_spot(cls) for cls in (torch.Tensor, torch.nn.Parameter))
+    reducers = tuple(_reducer_spot(cls) for cls in (torch.Tensor, torch.nn.Parameter))
+    return (*reducers, ledger.attr_spot(torch.Tensor, "share_memory_"))
 
 
 def _reducer_spot(cls: type) -> ledger.Spot:
