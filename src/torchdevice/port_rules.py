@@ -851,7 +851,7 @@ class _Porter:
             named = dotted(argument)
         prefix = "torch.cuda."
         dtype = LEGACY_TYPE_DTYPES.get(named[len(prefix) :]) if named.startswith(prefix) else None
-        replacement = "torch.set_default_dtype(dtype) and torch.set_default_device(device)"
+        replacement = f"torch.set_default_dtype(dtype) and torch.set_default_device({self.var})"
         if dtype is None or not self._alone(call):
             self.note(call, f"torch.set_default_tensor_type is deprecated: use {replacement}")
             return

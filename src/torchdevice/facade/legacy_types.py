@@ -24,6 +24,7 @@ CPU tensors, as they do on a GPU.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -135,6 +136,9 @@ def set_default_tensor_type(t: type[torch.Tensor] | str, /) -> None:
     _, device, _ = rt.place("cuda", "torch.set_default_tensor_type")
     _ORIGINAL_SET_DEFAULT_DEVICE(device)
     if not ledger.has(DEFAULT_TYPE_GROUP):
+        # Dynamo substitutes its polyfill for the ``torch.Tensor.__new__`` it finds when it
+        # is first imported (torch.optim imports it lazily): let it find torch's own.
+        importlib.import_module("torch._dynamo")
         ledger.set_attr(DEFAULT_TYPE_GROUP, torch.Tensor, "__new__", staticmethod(_legacy_new))
 
 
