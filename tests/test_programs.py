@@ -290,7 +290,7 @@ def _torchrun_facts(argv: list[str], tmp_path: Path, env: dict[str, str]) -> dic
 
 def _line_of(script: str, text: str) -> int:
     lines = (PROGRAMS / script).read_text().splitlines()
-    return next(number for number, line in enumerate(lines, 1) if text in line)
+    return next(number for number, line in enumerate(lines, 1) if line.strip() == text)
 
 
 @pytest.mark.usefixtures("tier")
@@ -311,7 +311,7 @@ def test_llama_reference_with_a_cuda_half_default_tensor_type(host, tmp_path):
     device = "cpu" if host == "cpu" else "simgpu:0"
     assert facts["weight"] == ["torch.float16", device]
     assert facts["cache"] == device
-    line = _line_of("llama_reference.py", "set_default_tensor_type(torch.cuda.HalfTensor)")
+    line = _line_of("llama_reference.py", "torch.set_default_tensor_type(torch.cuda.HalfTensor)")
     rows = [row for row in _report(report) if row["line"] == line]
     assert [(row["api"], row["requested"], row["to_change"]) for row in rows] == [
         ("torch.set_default_tensor_type", "cuda", True)
@@ -345,7 +345,7 @@ def test_nerf_style_default_tensor_type_by_name_and_adam_steps(host, tmp_path):
     rows = _report(report)
     assert _line_of("nerf.py", "optimizer.step()") not in {row["line"] for row in rows}
     assert not [row for row in rows if row["requested"].startswith("cpu")]
-    line = _line_of("nerf.py", '"torch.cuda.FloatTensor")')
+    line = _line_of("nerf.py", 'torch.set_default_tensor_type("torch.cuda.FloatTensor")')
     (row,) = [row for row in rows if row["line"] == line]
     assert row["api"] == "torch.set_default_tensor_type"
     assert row["advice"] == (
