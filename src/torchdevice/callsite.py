@@ -263,7 +263,7 @@ def torch_names_cpu(frame: FrameType | None) -> bool:
 
 def _is_torch(code: CodeType) -> bool:
     """Whether ``code`` is torch's own (not torchdevice's, not the user's)."""
-    return os.path.abspath(code.co_filename).startswith(_prefixes()[0])
+    return os.path.abspath(code.co_filename).startswith(_package_dir("torch"))
 
 
 def _cpu_constant_in_call(frame: FrameType) -> bool:
