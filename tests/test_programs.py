@@ -369,6 +369,37 @@ def test_llama2c_training_with_a_disabled_grad_scaler(host):
     assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
 
 
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", HOSTS)
+def test_llama2c_training_under_torchrun(host, tmp_path):
+    """llama2.c under torchrun (one rank): NCCL, ``torch.cuda.set_device(f"cuda:{rank}")``,
+    DDP, the disabled GradScaler. One rank's DDP step is the single process's step: the
+    losses are the native CPU run's."""
+    script = str(PROGRAMS / "llama2c_train.py")
+    argv = ["--standalone", "--nproc_per_node=1", script, "--dtype=float32"]
+    env = {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_HOST": host}
+    facts = _torchrun_facts(argv, tmp_path, env)
+    reference = native(
+        "llama2c_train.py", "--device=cpu", "--dtype=float32", "--fused=1", sdpa_math=host != "cpu"
+    )
+    same(facts, reference, "losses")
+    assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
+
+
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", ["simulated-mps"])  # in the id: conftest's tier rule reads it
+def test_llama2c_training_compiled_on_the_simulated_device(host):
+    """llama2.c with ``--compile=True`` on the simulated MPS host: the compiled model trains
+    with the disabled GradScaler; its losses are the eager native run's, to inductor's
+    rounding."""
+    facts = redirected(host, "llama2c_train.py", "--dtype=float32", "--compile=True")
+    reference = native(
+        "llama2c_train.py", "--device=cpu", "--dtype=float32", "--fused=1", sdpa_math=True
+    )
+    torch.testing.assert_close(facts["losses"], reference["losses"], rtol=1e-5, atol=1e-6)
+    assert (facts["scaler"], facts["device"]) == (False, "simgpu:0")
+
+
 def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()
