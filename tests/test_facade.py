@@ -249,6 +249,60 @@ def test_legacy_typed_tensors():
     assert any(entry.api == "torch.cuda.FloatTensor" for entry in report.entries)
 
 
+@pytest.fixture
+def default_type_restored():
+    """Put torch's default dtype and device back after a test that changes them."""
+    yield
+    torch.set_default_dtype(torch.float32)
+    torch.set_default_device(None)
+
+
+@pytest.mark.usefixtures("default_type_restored")
+def test_legacy_default_tensor_type_sets_the_dtype_and_the_redirected_device():
+    """``torch.set_default_tensor_type(torch.cuda.HalfTensor)``, as on a GPU: the default
+    dtype is float16, device-less factories and ``torch.Tensor(...)`` make float16 tensors
+    where ``"cuda"`` goes (the CPU here), ``torch.FloatTensor`` stays the CPU float32 class;
+    the call is a report row whose advice is its port. The dotted name works too; a
+    non-floating class raises torch's TypeError; a CPU class ends the device default."""
+    torchdevice.enable()
+    torch.set_default_tensor_type(torch.cuda.HalfTensor)
+    assert torch.get_default_dtype() == torch.float16
+    legacy, made = torch.Tensor(2, 3), torch.zeros(2)
+    assert (legacy.dtype, legacy.device, made.dtype, made.device) == (
+        torch.float16,
+        CPU,
+        torch.float16,
+        CPU,
+    )
+    assert legacy.cuda() is legacy  # stands for a device tensor, as on a GPU
+    assert torch.FloatTensor(2).dtype == torch.float32
+    assert "__new__" in vars(torch.Tensor)
+    (row,) = [e for e in torchdevice.report().entries if e.api == "torch.set_default_tensor_type"]
+    assert (row.requested, row.decided, row.kind) == ("cuda", "cpu:0", "redirect")
+    torch.set_default_tensor_type("torch.cuda.FloatTensor")
+    assert torch.get_default_dtype() == torch.float32
+    assert torch.Tensor([1.5]).tolist() == [1.5]
+    with pytest.raises(TypeError, match="only floating-point types are supported"):
+        torch.set_default_tensor_type(torch.cuda.LongTensor)
+    torch.set_default_tensor_type(torch.DoubleTensor)
+    assert torch.get_default_dtype() == torch.float64
+    assert "__new__" not in vars(torch.Tensor)  # back to torch's own constructor
+    assert torch.Tensor(1).dtype == torch.float64
+
+
+@pytest.mark.usefixtures("default_type_restored")
+def test_disable_takes_the_legacy_constructor_back():
+    """A device default set by the legacy API leaves with the activation: torch's own
+    ``torch.Tensor`` constructor and ``set_default_tensor_type`` are back after disable."""
+    original = torch.set_default_tensor_type
+    torchdevice.enable()
+    torch.set_default_tensor_type(torch.cuda.FloatTensor)
+    torchdevice.disable()
+    assert "__new__" not in vars(torch.Tensor)
+    assert torch.set_default_tensor_type is original
+    assert torch.Tensor(2).device == CPU
+
+
 def test_nvtx_ranges_are_no_ops_with_nvtx_return_values():
     torchdevice.enable()
     nvtx = torch.cuda.nvtx

@@ -321,6 +321,129 @@ def test_dino_style_metric_logger_takes_the_median_of_numpy_float64_entries(host
         assert "MPS has no float64: float32 on the device" in facts["stderr"]
 
 
+def _report(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(path.read_text())["entries"]
+    return rows
+
+
+def _torchrun_facts(argv: list[str], tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
+    lines = run([argv], tmp_path, env).splitlines()
+    facts: dict[str, Any] = json.loads(next(line for line in lines if line.startswith("{")))
+    return facts
+
+
+def _line_of(script: str, text: str) -> int:
+    lines = (PROGRAMS / script).read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if line.strip() == text)
+
+
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", HOSTS)
+def test_llama_reference_with_a_cuda_half_default_tensor_type(host, tmp_path):
+    """Meta's Llama 2 reference under ``torchrun --nproc_per_node 1``:
+    ``torch.set_default_tensor_type(torch.cuda.HalfTensor)``, then fairscale-style weights
+    from ``torch.Tensor(out, in)`` filled with ``torch.cat(..., out=weight)`` from a master
+    weight that a device-less factory made. Both land on the device in float16, as on a GPU;
+    the completions and logits are the native CPU run's with ``torch.HalfTensor``. The
+    report lists the line, ported to ``set_default_dtype`` + ``set_default_device``."""
+    report = tmp_path / "report.json"
+    argv = ["--standalone", "--nproc_per_node=1", str(PROGRAMS / "llama_reference.py")]
+    env = {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_HOST": host}
+    facts = _torchrun_facts(argv, tmp_path, {**env, "TORCHDEVICE_REPORT": str(report)})
+    reference = _torchrun_facts([*argv, "--device", "cpu"], tmp_path, {})
+    same(facts, reference, "completions", "first_logits", "default_dtype")
+    device = "cpu" if host == "cpu" else "simgpu:0"
+    assert facts["weight"] == ["torch.float16", device]
+    assert facts["cache"] == device
+    line = _line_of("llama_reference.py", "torch.set_default_tensor_type(torch.cuda.HalfTensor)")
+    rows = [row for row in _report(report) if row["line"] == line]
+    assert [(row["api"], row["requested"], row["to_change"]) for row in rows] == [
+        ("torch.set_default_tensor_type", "cuda", True)
+    ]
+    assert rows[0]["advice"] == (
+        "`torch.set_default_dtype(torch.float16); torch.set_default_device(target_device)`"
+    )
+
+
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", HOSTS)
+def test_nerf_style_default_tensor_type_by_name_and_adam_steps(host, tmp_path):
+    """nerf-pytorch's ``torch.set_default_tensor_type('torch.cuda.FloatTensor')`` by name:
+    device-less factories and ``torch.Tensor([1e10])`` make device tensors, so rendering
+    mixes no devices; PSNRs equal the native CPU run's with ``'torch.FloatTensor'``. Adam's
+    step counters are torch's own CPU requests: on the CPU, as on a GPU, and no line of the
+    report (none at ``optimizer.step()``)."""
+    report = tmp_path / "report.json"
+    facts = _facts(
+        _python(
+            ["-m", "torchdevice", str(PROGRAMS / "nerf.py")],
+            PROGRAMS,
+            TORCHDEVICE_HOST=host,
+            TORCHDEVICE_REPORT=str(report),
+        )
+    )
+    same(facts, native("nerf.py", "--device", "cpu"), "psnrs", "step")
+    assert facts["step"] == ["cpu", 5.0]
+    device = "cpu" if host == "cpu" else "simgpu:0"
+    assert (facts["pose"], facts["weight"]) == (device, device)
+    rows = _report(report)
+    assert _line_of("nerf.py", "optimizer.step()") not in {row["line"] for row in rows}
+    assert not [row for row in rows if row["requested"].startswith("cpu")]
+    line = _line_of("nerf.py", 'torch.set_default_tensor_type("torch.cuda.FloatTensor")')
+    (row,) = [row for row in rows if row["line"] == line]
+    assert row["api"] == "torch.set_default_tensor_type"
+    assert row["advice"] == (
+        "`torch.set_default_dtype(torch.float32); torch.set_default_device(target_device)`"
+    )
+
+
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", HOSTS)
+def test_llama2c_training_with_a_disabled_grad_scaler(host):
+    """llama2.c's ``train.py`` in float32: ``torch.cuda.amp.GradScaler(enabled=False)``,
+    whose ``unscale_`` (before clipping) returns at once as torch's does, autocast
+    ``"cuda"`` in float32, AdamW fused on CUDA. The losses are the native CPU run's with
+    fused AdamW (SDPA rule on MPS)."""
+    facts = redirected(host, "llama2c_train.py", "--dtype=float32")
+    reference = native(
+        "llama2c_train.py", "--device=cpu", "--dtype=float32", "--fused=1", sdpa_math=host != "cpu"
+    )
+    same(facts, reference, "losses")
+    assert (facts["scaler"], facts["finite"]) == (False, True)
+    assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
+
+
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", HOSTS)
+def test_llama2c_training_under_torchrun(host, tmp_path):
+    """llama2.c under torchrun (one rank): NCCL, ``torch.cuda.set_device(f"cuda:{rank}")``,
+    DDP, the disabled GradScaler. One rank's DDP step is the single process's step: the
+    losses are the native CPU run's."""
+    script = str(PROGRAMS / "llama2c_train.py")
+    argv = ["--standalone", "--nproc_per_node=1", script, "--dtype=float32"]
+    env = {"ACTIVATE_TORCH_DEVICE": "1", "TORCHDEVICE_HOST": host}
+    facts = _torchrun_facts(argv, tmp_path, env)
+    reference = native(
+        "llama2c_train.py", "--device=cpu", "--dtype=float32", "--fused=1", sdpa_math=host != "cpu"
+    )
+    same(facts, reference, "losses")
+    assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
+
+
+@pytest.mark.usefixtures("tier")
+@pytest.mark.parametrize("host", ["simulated-mps"])  # in the id: conftest's tier rule reads it
+def test_llama2c_training_compiled_on_the_simulated_device(host):
+    """llama2.c with ``--compile=True`` on the simulated MPS host: the compiled model trains
+    with the disabled GradScaler; its losses are the eager native run's, to inductor's
+    rounding."""
+    facts = redirected(host, "llama2c_train.py", "--dtype=float32", "--compile=True")
+    reference = native(
+        "llama2c_train.py", "--device=cpu", "--dtype=float32", "--fused=1", sdpa_math=True
+    )
+    torch.testing.assert_close(facts["losses"], reference["losses"], rtol=1e-5, atol=1e-6)
+    assert (facts["scaler"], facts["device"]) == (False, "simgpu:0")
+
+
 def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()

@@ -9,6 +9,7 @@ torch's own Python code (``Module.to`` reaching ``_parse_to``) walk further up t
 
 from __future__ import annotations
 
+import dis
 import itertools
 import os
 import sys
@@ -28,6 +29,7 @@ __all__ = [
     "position_of",
     "set_entry",
     "site_of",
+    "torch_names_cpu",
     "user_frame",
 ]
 
@@ -227,6 +229,70 @@ def position_of(frame: FrameType) -> Position | None:
     if line is None or end_line is None or column is None or end_column is None:
         return None
     return (line, end_line, column, end_column)
+
+
+#: Per call (``id(code)``, ``f_lasti``): whether torch's own code names the CPU in it. The
+#: code objects are kept alive in ``_seen``, as for :data:`internal_cache`.
+_names_cpu: dict[tuple[int, int], bool] = {}
+
+
+def torch_names_cpu(frame: FrameType | None) -> bool:
+    """Whether ``frame`` is torch's own code making a call that names the CPU itself.
+
+    ``torch.optim`` counts its steps in ``torch.tensor(0.0, device="cpu")``,
+    ``pack_padded_sequence`` keeps its lengths in ``torch.as_tensor(..., device="cpu")``:
+    torch asks for the CPU there because it needs the CPU on every device, and on a GPU
+    those tensors are CPU tensors. Such a request is no line of the user's and stays where
+    torch put it (docs/policy.md). A request torch only passes on (``nn.Linear(...,
+    device="cpu")`` reaching ``torch.empty(**factory_kwargs)``) names no CPU in torch's
+    call and follows the policy. Read from the bytecode (a constant ``"cpu"`` inside the
+    call's source span; on 3.10, on its line), once per call site.
+    """
+    if frame is None:
+        return False
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    found = _names_cpu.get(key)
+    if found is None:
+        found = _is_torch(code) and _cpu_constant_in_call(frame)
+        with _lock:
+            _seen.append(code)
+            _names_cpu[key] = found
+    return found
+
+
+def _is_torch(code: CodeType) -> bool:
+    """Whether ``code`` is torch's own (not torchdevice's, not the user's)."""
+    return os.path.abspath(code.co_filename).startswith(_package_dir("torch"))
+
+
+def _cpu_constant_in_call(frame: FrameType) -> bool:
+    """Whether the call ``frame`` is making loads the constant ``"cpu"`` among its
+    arguments (``device="cpu"``, ``device=torch.device("cpu")``)."""
+    code = frame.f_code
+    span = position_of(frame)
+    line: int | None = None
+    starts = dict(dis.findlinestarts(code))
+    for instruction in dis.get_instructions(code):
+        line = starts.get(instruction.offset, line)
+        if instruction.opname != "LOAD_CONST" or instruction.argval != "cpu":
+            continue
+        if span is None:  # 3.10: no columns
+            if line == frame.f_lineno:
+                return True
+            continue
+        where = getattr(instruction, "positions", None)
+        if where is None or where.lineno is None or where.col_offset is None:
+            continue
+        if where.end_lineno is None or where.end_col_offset is None:
+            continue
+        first, last, column, end_column = span
+        if (first, column) <= (where.lineno, where.col_offset) and (
+            where.end_lineno,
+            where.end_col_offset,
+        ) <= (last, end_column):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,6 +159,13 @@ def _counted(
     return decision.standing
 
 
+def _torch_cpu() -> bool:
+    """Whether the caller of the wrapper that asks is torch's own code asking for the CPU
+    by name: it stays there, unreported, as ``Runtime.place`` keeps it
+    (:func:`~torchdevice.callsite.torch_names_cpu`)."""
+    return callsite.torch_names_cpu(sys._getframe(2))
+
+
 #: Factories whose data argument has copy rules of its own: the handler's full path.
 _DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 
@@ -212,6 +219,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 resolved = None
             if resolved is not None:
                 decision, placed, kind = resolved
+                if kind is not None and decision.standing == "host" and _torch_cpu():
+                    return original(*args, **kwargs)  # torch's own CPU request: stays
                 kwargs["device"] = placed
                 result = original(*args, **kwargs)
                 wanted = _counted(rt, sys._getframe(1), original, request, decision, kind)
@@ -274,6 +283,8 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         if resolved is None:  # a first request: the policy, through the handler
             return _handled(rt, original, handler, args, kwargs)
         decision, placed, kind = resolved
+        if kind is not None and decision.standing == "host" and _torch_cpu():
+            return original(*args, **kwargs)  # torch's own CPU request: stays
         tensor = args[0]
         if positional:
             result = original(tensor, placed, *args[2:], **kwargs)

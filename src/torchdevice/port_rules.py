@@ -39,6 +39,7 @@ from torchdevice.rewrites import (
     DEVICE_EXPRESSION,
     GUARD,
     HELPERS,
+    LEGACY_TYPE_DTYPES,
     SINCE,
     device_type_of,
     helper_closure,
@@ -553,12 +554,10 @@ class _Porter:
             self.port_pin_method(call)
         elif entry.requested == "pin_memory=True":
             self.port_pin_keyword(call)
-        elif api == "Tensor.type" or (api.startswith("torch.cuda.") and api.endswith("Tensor")):
-            self.note(
-                call,
-                "a legacy typed tensor (torch.cuda.FloatTensor...): use "
-                f".to({self.var}, dtype) or a factory with dtype= and device=",
-            )
+        elif api in ("Tensor.type", "torch.set_default_tensor_type") or (
+            api.startswith("torch.cuda.") and api.endswith("Tensor")
+        ):
+            self.port_legacy_type(api, call)
         elif api in ("Tensor.cuda", "Module.cuda"):
             self.port_cuda_method(call)
         elif api in ("Tensor.to", "Module.to"):
@@ -833,6 +832,35 @@ class _Porter:
             if form == "guarded":
                 text = f"{rewrite.target}({self._arguments(call)})"
                 self.neutral_feeds(call, text, rewrite.neutral)
+
+    def port_legacy_type(self, api: str, call: ast.Call) -> None:
+        """The legacy typed tensors: ``torch.cuda.FloatTensor(...)`` and ``t.type(...)``
+        get a note; ``torch.set_default_tensor_type(torch.cuda.HalfTensor)`` (or the
+        class's dotted name, ``"torch.cuda.FloatTensor"``) becomes the two calls torch
+        names as its replacement, the dtype and the device, on the statement's line."""
+        if api != "torch.set_default_tensor_type":
+            self.note(
+                call,
+                "a legacy typed tensor (torch.cuda.FloatTensor...): use "
+                f".to({self.var}, dtype) or a factory with dtype= and device=",
+            )
+            return
+        argument = call.args[0] if len(call.args) == 1 and not call.keywords else None
+        named = ""
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            named = argument.value
+        elif argument is not None:
+            named = dotted(argument)
+        prefix = "torch.cuda."
+        dtype = LEGACY_TYPE_DTYPES.get(named[len(prefix) :]) if named.startswith(prefix) else None
+        replacement = f"torch.set_default_dtype(dtype) and torch.set_default_device({self.var})"
+        if dtype is None or not self._alone(call):
+            self.note(call, f"torch.set_default_tensor_type is deprecated: use {replacement}")
+            return
+        self.replace(
+            call,
+            f"torch.set_default_dtype(torch.{dtype}); torch.set_default_device({self.device()})",
+        )
 
     def _total_memory(self, call: ast.Call) -> bool:
         """``get_device_properties(i).total_memory``: the accelerator's total memory, which

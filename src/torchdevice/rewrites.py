@@ -28,6 +28,7 @@ __all__ = [
     "GUARD",
     "HELPERS",
     "HELPER_NEEDS",
+    "LEGACY_TYPE_DTYPES",
     "SINCE",
     "Rewrite",
     "device_type_of",
@@ -39,6 +40,23 @@ __all__ = [
 DEVICE_EXPRESSION: Final = (
     'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 )
+
+#: The legacy typed-tensor classes (``torch.cuda.HalfTensor``...) and the dtype each stands
+#: for, by name (torch 2.13's list): the facade's stand-ins are built from it, and
+#: ``torch.set_default_tensor_type(torch.cuda.HalfTensor)`` is ported to
+#: ``torch.set_default_dtype(torch.float16)`` and ``torch.set_default_device(device)``.
+LEGACY_TYPE_DTYPES: Final[dict[str, str]] = {
+    "DoubleTensor": "float64",
+    "FloatTensor": "float32",
+    "HalfTensor": "float16",
+    "BFloat16Tensor": "bfloat16",
+    "ByteTensor": "uint8",
+    "CharTensor": "int8",
+    "ShortTensor": "int16",
+    "IntTensor": "int32",
+    "LongTensor": "int64",
+    "BoolTensor": "bool",
+}
 
 #: The test every guarded rewrite makes.
 GUARD: Final = "torch.accelerator.is_available()"

@@ -43,6 +43,8 @@ __all__ = ["Resolved", "Runtime", "active", "set_active"]
 
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE = torch.device
+with torch._C.DisableTorchFunction():  # torch.device itself reaches function modes
+    _CPU_DEVICE = torch.device("cpu")
 
 
 class Runtime:
@@ -86,6 +88,13 @@ class Runtime:
             Decision(cpu, cpu, "unchanged", "a device read off a CPU tensor: where it is"),
             READ_CPU,  # not through torch_device: a new activation starts with nothing built
             None,
+        )
+        #: Where torch's own requests for the CPU go (``callsite.torch_names_cpu``): the
+        #: CPU, whatever the policy does with the user's.
+        self._torch_cpu: tuple[Decision, torch.device, Standing | None] = (
+            Decision(cpu, cpu, "unchanged", "torch's own request for the CPU"),
+            _CPU_DEVICE,
+            "host",
         )
         #: Device type that has no float64 (MPS): the dtype rule narrows float64 there.
         self.float64_device: str | None = (
@@ -255,6 +264,13 @@ class Runtime:
         if decision.toggle_override:
             self.set_cpu_override(not self._state.cpu_override)
         standing = decision.standing
+        if (
+            kind is not None
+            and standing == "host"
+            and where is None
+            and callsite.torch_names_cpu(callsite.entered(api))
+        ):
+            return self._torch_cpu  # torch's own CPU request: stays, unreported
         if type(request) is _DEVICE:
             # It may stand for another side than its type says (a remembered object:
             # standing.device_object).

@@ -236,6 +236,7 @@ def install() -> tuple[FacadeModule, ...]:
     cuda, subs = build_cuda_facade()
     modules.install_module(GROUP, "torch.cuda", cuda, torch, "cuda")
     ledger.set_attr(GROUP, torch, "get_device_module", get_device_module)
+    ledger.set_attr(GROUP, torch, "set_default_tensor_type", legacy_types.set_default_tensor_type)
     for key, module in subs.items():
         modules.install_module(GROUP, key, module)
     return (cuda, *subs.values())
@@ -247,5 +248,7 @@ def spots() -> tuple[ledger.Spot, ...]:
         ledger.attr_spot(torch, "cuda"),
         ledger.item_spot(sys.modules, "torch.cuda"),
         ledger.attr_spot(torch, "get_device_module"),
+        ledger.attr_spot(torch, "set_default_tensor_type"),
+        *legacy_types.spots(),
         *(ledger.item_spot(sys.modules, f"torch.cuda.{name}") for name in SUBMODULES),
     )

@@ -51,8 +51,11 @@ def unscale_like_mps(name: str) -> None:
     original = GradScaler.unscale_
 
     def unscale_(self: GradScaler, optimizer: torch.optim.Optimizer) -> None:
+        # A disabled scaler has no ``_scale`` at all: torch's own method returns first.
+        if not self._enabled:
+            return original(self, optimizer)
         scale = self._scale
-        if not self._enabled or scale is None or scale.device.type != name:
+        if scale is None or scale.device.type != name:
             return original(self, optimizer)
         self._check_scale_growth_tracker("unscale_")
         state = self._per_optimizer_states[id(optimizer)]
