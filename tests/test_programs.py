@@ -281,3 +281,19 @@ def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()
     assert {name for name in scripts if f'"{name}"' not in tested} == set()
+
+
+@needs_transformers
+@pytest.mark.parametrize("host", HOSTS)
+def test_transformers_style_models_built_in_a_device_context(host, tier):
+    """Transformers' model tests (``with torch.device(torch_device):`` around
+    ``from_config`` and ``from_pretrained``), in both tiers: the entry-points tier reads
+    the ``DeviceContext`` before its wrapper places the call (it raised "PyTorch is not
+    linked with support for cuda devices"). Logits equal the native CPU run; every tensor
+    made in the context is on one device, and ``.to(torch_device)`` of one returns it."""
+    facts = redirected(host, "device_context.py")
+    same(facts, native("device_context.py", sdpa_math=host != "cpu"), "logits", "argmax")
+    assert facts["reloaded_same"] is True
+    assert facts["one_device"] is True
+    assert facts["input_stays"] is True
+    assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
