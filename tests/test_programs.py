@@ -297,3 +297,37 @@ def test_transformers_style_models_built_in_a_device_context(host, tier):
     assert facts["one_device"] is True
     assert facts["input_stays"] is True
     assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_whisper_style_beam_search_ranks_with_numpy(host, tier):
+    """whisper's beam search: ``np.argsort(sum_logprobs.cpu()[i])`` in ``finalize``.
+    NumPy reads the tensor through ``__array__`` (``TypeError: can't convert simgpu:0
+    device type tensor to numpy`` on the simulated MPS host before) and wraps the indices
+    back as a tensor; the finished sequences and their scores equal the native run's."""
+    facts = redirected(host, "beam_search.py")
+    same(facts, native("beam_search.py"), "sequences", "scores", "ranked", "ranked_type")
+    assert facts["ranked_dtype"] == "torch.int64"
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_numpy_pandas_and_matplotlib_take_cpu_tensors(host, tier):
+    """``np.asarray``/``np.array`` (with a dtype), NumPy functions and ufuncs given
+    ``.cpu()`` tensors, ``pd.DataFrame(t)`` and ``plt.plot(t)``: the values of the native
+    run on both hosts. The array shares the tensor's memory on the CPU host, as natively;
+    on the MPS host the tensor is device memory and the array a copy (docs/policy.md)."""
+    facts = redirected(host, "numpy_interop.py")
+    reference = native("numpy_interop.py")
+    keys = ["asarray", "array64", "array_dtype", "argsort", "argmax", "stacked"]
+    keys += ["concatenated", "percentile", "wrapped_type", "wrapped_dtype", "mixed", "greater"]
+    same(facts, reference, *keys, *[key for key in ("pandas", "matplotlib") if key in reference])
+    assert reference["array_writes_reach_tensor"] is True
+    assert facts["array_writes_reach_tensor"] is (host == "cpu")
+
+
+def test_numpy_interop_covers_pandas_and_matplotlib():
+    """The pandas and matplotlib parts of the test above ran (skipped where absent)."""
+    for name in ("pandas", "matplotlib"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    assert {"pandas", "matplotlib"} <= native("numpy_interop.py").keys()
