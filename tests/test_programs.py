@@ -331,3 +331,32 @@ def test_numpy_interop_covers_pandas_and_matplotlib():
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed")
     assert {"pandas", "matplotlib"} <= native("numpy_interop.py").keys()
+
+
+#: What ``TRANSFORMERS_TEST_DEVICE`` names on each host: where tensors really are (a Mac's
+#: is ``mps:0``; docs/huggingface.md).
+TEST_DEVICES = {"cpu": "cpu", "simulated-mps": "simgpu:0"}
+
+
+@needs_transformers
+@pytest.mark.parametrize("host", HOSTS)
+def test_transformers_device_asserts_with_the_test_device_named(host, tier):
+    """Transformers' accelerator tests compare ``param.device`` with
+    ``torch.device(torch_device)``: redirected, ``torch_device`` is ``"cuda"`` and the
+    tensors are where ``"cuda"`` lands, so the comparison is false (the cost of device
+    objects reading as written, docs/policy.md). With ``TRANSFORMERS_TEST_DEVICE`` naming
+    the real device, as docs/huggingface.md says, every comparison holds as in the native
+    run, and the logits are the native run's."""
+    reference = native("device_compare.py")
+    argv = ["-m", "torchdevice", str(PROGRAMS / "device_compare.py")]
+    plain = _facts(_python(argv, PROGRAMS, TORCHDEVICE_HOST=host))
+    assert plain["torch_device"] == "cuda"
+    assert plain["params_on_torch_device"] is False
+    named = _facts(
+        _python(argv, PROGRAMS, TORCHDEVICE_HOST=host, TRANSFORMERS_TEST_DEVICE=TEST_DEVICES[host])
+    )
+    assert named["torch_device"] == TEST_DEVICES[host]
+    keys = ("params_on_torch_device", "output_on_torch_device", "model_device")
+    assert all(reference[key] is named[key] is True for key in keys)
+    same(named, reference, "logits")
+    same(plain, reference, "logits")
