@@ -346,8 +346,8 @@ def test_transformers_device_asserts_with_the_test_device_named(host, tier):
     tensors are where ``"cuda"`` lands, so the comparison is false (the cost of device
     objects reading as written, docs/policy.md). With ``TRANSFORMERS_TEST_DEVICE`` naming
     the real device, as docs/huggingface.md says, every comparison holds as in the native
-    run, and the logits are the native run's."""
-    reference = native("device_compare.py")
+    run, and the logits are the native run's (SDPA rule on MPS)."""
+    reference = native("device_compare.py", sdpa_math=host != "cpu")
     argv = ["-m", "torchdevice", str(PROGRAMS / "device_compare.py")]
     plain = _facts(_python(argv, PROGRAMS, TORCHDEVICE_HOST=host))
     assert plain["torch_device"] == "cuda"
