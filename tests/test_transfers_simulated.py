@@ -105,6 +105,10 @@ def test_numpy_reads_host_tensors_through_array_and_wraps_back(accelerator):
     torch.testing.assert_close(host + waves, host + torch.sin(host))  # mixes as host tensors
     assert waves.cpu() is waves  # stands for the host, as natively
     assert independent(waves.cuda(), waves)
+    with pytest.warns(DeprecationWarning, match="__array_wrap__ must accept context"):
+        promoted = np.add(host, np.ones((2, 3)))  # NumPy's float64: the float64 rule
+    assert (promoted.device, promoted.dtype) == (accelerator, torch.float32)
+    assert promoted.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
     with pytest.raises(RuntimeError, match="Can't call numpy\\(\\) on Tensor that requires grad"):
         np.asarray(torch.ones(2, requires_grad=True).cpu())
     native = torch.from_numpy(np.ones(2, dtype=np.float32))  # really on the CPU: shared

@@ -590,13 +590,17 @@ def tensor_array_wrap(
     ``torch.from_numpy``, a host tensor that mixes with the program's other host tensors.
     On an accelerator host those live on the accelerator, standing for the host, so the
     result goes there too and stands for the host: ``x + np.sin(x)`` works as natively.
-    The array it wraps is NumPy's fresh result, which nothing else holds.
+    The array it wraps is NumPy's fresh result, which nothing else holds. A float64
+    result (NumPy promotes ``float32 + float64``) meets the float64 rule on MPS, as a
+    host tensor moved there does.
     """
     tensor = args[0]
     result = func(*args, **kwargs)
     if tensor.is_cpu or not isinstance(result, torch.Tensor) or not result.is_cpu:
         return result
-    return mark_placed(result.to(tensor.device), "host")
+    device = tensor.device
+    dtype = rt.narrow_float64("Tensor.__array_wrap__", device, result.dtype)
+    return mark_placed(result.to(device, dtype), "host")
 
 
 def pin_memory(
