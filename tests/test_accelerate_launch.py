@@ -112,3 +112,40 @@ def test_accelerates_own_test_script_under_launch_multi_gpu(tmp_path: Path, host
     log = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
     assert "All rng are properly synched." in log
     assert "Training yielded the same results on one CPU or distributed setup" in log
+
+
+#: The device tensors really land on, per host: what ``ACCELERATE_TORCH_DEVICE`` names for
+#: code that compares Accelerate's device with its tensors' (docs/huggingface.md).
+REAL_DEVICES = {"cpu": "cpu", "simulated-mps": "simgpu"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["cpu", "simulated-mps"])
+def test_accelerates_op_checker_with_its_device_named(tmp_path: Path, host: str) -> None:
+    """Accelerate's own ``test_ops.py`` under ``accelerate launch --multi_gpu``: its
+    debug-mode op checker compares ``PartialState().device.type`` with the tensors'
+    (``"cuda"`` against where they are: no rule of torchdevice's gives that and fp16 both,
+    docs/policy.md). With ``ACCELERATE_TORCH_DEVICE`` naming the real device, as
+    docs/huggingface.md tells the user to set, it takes the multi-GPU path (NCCL on gloo)
+    and every check passes, the op checker's mismatches included; a native CPU run of the
+    same launch (Accelerate's single-process fallback there) passes the same checks."""
+    from accelerate.test_utils.scripts import test_ops
+
+    argv = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    argv += ["--mixed_precision", "no", "--dynamo_backend", "no", str(test_ops.__file__)]
+    env = {"HF_HOME": str(tmp_path / "hf"), "ACCELERATE_TORCH_DEVICE": "cpu"}
+    native = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
+    env["ACCELERATE_TORCH_DEVICE"] = REAL_DEVICES[host]
+    env["ACTIVATE_TORCH_DEVICE"] = "1"
+    if host != "cpu":
+        env["TORCHDEVICE_HOST"] = host
+    log = run([argv], tmp_path, env, prefix=("-m", "accelerate.commands.launch"))
+    assert "Distributed environment: DistributedType.MULTI_GPU  Backend: nccl" in log
+    assert f"Device: {REAL_DEVICES[host]}" in log
+    checks = [line for line in log.splitlines() if line.startswith("testing ")]
+    # Natively each of the two processes is its own main and prints every check (their
+    # lines may run together in the shared output): the same checks, twice.
+    assert all(check in native for check in checks)
+    assert native.count("testing ") == 2 * len(checks)
+    assert "testing op_checker" in checks
+    assert "testing sending tensors across devices" in checks

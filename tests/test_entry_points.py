@@ -182,6 +182,52 @@ def test_transfers_keep_the_gpu_copy_semantics():
     assert host.to(torch.float64).dtype == torch.float64  # no device: native
 
 
+def test_a_device_used_as_a_context_manager_places_its_factories():
+    """``with torch.device("cuda"):`` pushes torch's ``DeviceContext``, which fills in
+    ``device=`` after the wrappers have run: the wrappers read it first (natively on this
+    host it raised "PyTorch is not linked with support for cuda devices"). The factories
+    stand for the device, as the mode places them; nested contexts take the innermost;
+    ``DisableTorchFunction`` sections see no context, as natively."""
+    _tier()
+    line = _line()
+    with torch.device("cuda"):
+        made = torch.tensor([1.0, 2.0])  # a data factory (the handler's full path)
+        zeros = torch.zeros(2)  # the inlined factory path
+        with torch.device("cpu"):
+            host = torch.ones(2)
+        with torch._C.DisableTorchFunction():
+            native = REAL_ZEROS(2, device="cpu")
+    assert made.tolist() == [1.0, 2.0]
+    assert zeros.tolist() == [0.0, 0.0]
+    assert made.device == zeros.device == host.device == native.device == REAL_DEVICE("cpu")
+    assert made.cuda() is made  # stands for the device: no copy, as on a GPU
+    assert zeros.to("cuda") is zeros
+    assert host.cuda() is not host  # the inner "cpu" context: a host tensor
+    assert _rows("torch.device") == [(__file__, line, 1)]  # "cpu" stays: no row
+    assert _rows("torch.zeros") == _rows("torch.tensor") == []  # the object's uses
+
+
+def test_set_default_device_and_a_context_agree_with_the_mode():
+    """The same program in both tiers: ``torch.set_default_device("cuda")`` and
+    ``with torch.device("cuda")`` give tensors on the same device with the same values."""
+    results = []
+    for intercept in ("mode", "entry-points"):
+        torchdevice.enable(intercept=intercept)
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            drawn = torch.randn(3)
+            ranged = torch.arange(3.0)
+        torch.set_default_device("cuda")
+        try:
+            default = torch.full((2,), 7.0)
+        finally:
+            torch.set_default_device(None)
+        results.append((drawn.tolist(), ranged.tolist(), default.tolist(), default.device))
+        torchdevice.disable()
+    assert results[0] == results[1]
+    assert results[1][3] == REAL_DEVICE("cpu")
+
+
 def test_module_to_keeps_parameters_and_reports_one_row():
     _tier()
     model = torch.nn.Linear(2, 2)

@@ -448,3 +448,82 @@ def test_every_program_is_tested():
     scripts = {p.name for p in PROGRAMS.glob("*.py")} - {"lora_model.py"}
     tested = Path(__file__).read_text()
     assert {name for name in scripts if f'"{name}"' not in tested} == set()
+
+
+@needs_transformers
+@pytest.mark.parametrize("host", HOSTS)
+def test_transformers_style_models_built_in_a_device_context(host, tier):
+    """Transformers' model tests (``with torch.device(torch_device):`` around
+    ``from_config`` and ``from_pretrained``), in both tiers: the entry-points tier reads
+    the ``DeviceContext`` before its wrapper places the call (it raised "PyTorch is not
+    linked with support for cuda devices"). Logits equal the native CPU run; every tensor
+    made in the context is on one device, and ``.to(torch_device)`` of one returns it."""
+    facts = redirected(host, "device_context.py")
+    same(facts, native("device_context.py", sdpa_math=host != "cpu"), "logits", "argmax")
+    assert facts["reloaded_same"] is True
+    assert facts["one_device"] is True
+    assert facts["input_stays"] is True
+    assert facts["device"] == ("cpu" if host == "cpu" else "simgpu:0")
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_whisper_style_beam_search_ranks_with_numpy(host, tier):
+    """whisper's beam search: ``np.argsort(sum_logprobs.cpu()[i])`` in ``finalize``.
+    NumPy reads the tensor through ``__array__`` (``TypeError: can't convert simgpu:0
+    device type tensor to numpy`` on the simulated MPS host before) and wraps the indices
+    back as a tensor; the finished sequences and their scores equal the native run's."""
+    facts = redirected(host, "beam_search.py")
+    same(facts, native("beam_search.py"), "sequences", "scores", "ranked", "ranked_type")
+    assert facts["ranked_dtype"] == "torch.int64"
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_numpy_pandas_and_matplotlib_take_cpu_tensors(host, tier):
+    """``np.asarray``/``np.array`` (with a dtype), NumPy functions and ufuncs given
+    ``.cpu()`` tensors, ``pd.DataFrame(t)`` and ``plt.plot(t)``: the values of the native
+    run on both hosts. The array shares the tensor's memory on the CPU host, as natively;
+    on the MPS host the tensor is device memory and the array a copy (docs/policy.md)."""
+    facts = redirected(host, "numpy_interop.py")
+    reference = native("numpy_interop.py")
+    keys = ["asarray", "array64", "array_dtype", "argsort", "argmax", "stacked"]
+    keys += ["concatenated", "percentile", "wrapped_type", "wrapped_dtype", "mixed", "greater"]
+    same(facts, reference, *keys, *[key for key in ("pandas", "matplotlib") if key in reference])
+    assert reference["array_writes_reach_tensor"] is True
+    assert facts["array_writes_reach_tensor"] is (host == "cpu")
+
+
+def test_numpy_interop_covers_pandas_and_matplotlib():
+    """The pandas and matplotlib parts of the test above ran (skipped where absent)."""
+    for name in ("pandas", "matplotlib"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    assert {"pandas", "matplotlib"} <= native("numpy_interop.py").keys()
+
+
+#: What ``TRANSFORMERS_TEST_DEVICE`` names on each host: where tensors really are (a Mac's
+#: is ``mps:0``; docs/huggingface.md).
+TEST_DEVICES = {"cpu": "cpu", "simulated-mps": "simgpu:0"}
+
+
+@needs_transformers
+@pytest.mark.parametrize("host", HOSTS)
+def test_transformers_device_asserts_with_the_test_device_named(host, tier):
+    """Transformers' accelerator tests compare ``param.device`` with
+    ``torch.device(torch_device)``: redirected, ``torch_device`` is ``"cuda"`` and the
+    tensors are where ``"cuda"`` lands, so the comparison is false (the cost of device
+    objects reading as written, docs/policy.md). With ``TRANSFORMERS_TEST_DEVICE`` naming
+    the real device, as docs/huggingface.md says, every comparison holds as in the native
+    run, and the logits are the native run's (SDPA rule on MPS)."""
+    reference = native("device_compare.py", sdpa_math=host != "cpu")
+    argv = ["-m", "torchdevice", str(PROGRAMS / "device_compare.py")]
+    plain = _facts(_python(argv, PROGRAMS, TORCHDEVICE_HOST=host))
+    assert plain["torch_device"] == "cuda"
+    assert plain["params_on_torch_device"] is False
+    named = _facts(
+        _python(argv, PROGRAMS, TORCHDEVICE_HOST=host, TRANSFORMERS_TEST_DEVICE=TEST_DEVICES[host])
+    )
+    assert named["torch_device"] == TEST_DEVICES[host]
+    keys = ("params_on_torch_device", "output_on_torch_device", "model_device")
+    assert all(reference[key] is named[key] is True for key in keys)
+    same(named, reference, "logits")
+    same(plain, reference, "logits")

@@ -76,6 +76,46 @@ def test_numpy_round_trips_are_copies(accelerator):
     torch.testing.assert_close(x.cpu().numpy(), np.arange(3, dtype=np.float32))
 
 
+def test_numpy_reads_host_tensors_through_array_and_wraps_back(accelerator):
+    """NumPy reaches a tensor through ``__array__`` (``np.asarray``, ``np.array`` with a
+    dtype, functions such as ``np.argsort`` that fall back to it): the values of the host
+    copy, in a new array (device memory is not the array's). ``__array_wrap__`` puts a
+    ufunc's result where the input is, standing for the host as the input does."""
+    host = torch.arange(6.0, device="cuda").reshape(2, 3).cpu()
+    assert host.device == accelerator
+    array = np.asarray(host)
+    np.testing.assert_array_equal(array, np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    # torch 2.13's __array__ and __array_wrap__ predate NumPy 2's signatures: NumPy warns
+    # as it does for a native CPU tensor (the same calls, the same warnings).
+    with pytest.warns(DeprecationWarning, match="__array__ implementation doesn't accept"):
+        assert np.array(host, dtype=np.float64).dtype == np.float64
+    assert np.asarray(host, dtype=np.int32).tolist() == [[0, 1, 2], [3, 4, 5]]
+    array[0, 0] = 42.0  # a copy: the tensor keeps its value
+    assert host[0, 0].item() == 0.0
+    with pytest.warns(DeprecationWarning, match="__array_wrap__ must accept context"):
+        order = np.argsort(-host[1])
+    assert order.tolist() == [2, 1, 0]
+    assert order.device == accelerator
+    assert order.dtype == torch.int64
+    with pytest.warns(DeprecationWarning, match="__array_wrap__ must accept context"):
+        waves = np.sin(host)
+    assert isinstance(waves, torch.Tensor)
+    assert waves.device == accelerator
+    torch.testing.assert_close(waves, torch.sin(host))
+    torch.testing.assert_close(host + waves, host + torch.sin(host))  # mixes as host tensors
+    assert waves.cpu() is waves  # stands for the host, as natively
+    assert independent(waves.cuda(), waves)
+    with pytest.warns(DeprecationWarning, match="__array_wrap__ must accept context"):
+        promoted = np.add(host, np.ones((2, 3)))  # NumPy's float64: the float64 rule
+    assert (promoted.device, promoted.dtype) == (accelerator, torch.float32)
+    assert promoted.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    with pytest.raises(RuntimeError, match="Can't call numpy\\(\\) on Tensor that requires grad"):
+        np.asarray(torch.ones(2, requires_grad=True).cpu())
+    native = torch.from_numpy(np.ones(2, dtype=np.float32))  # really on the CPU: shared
+    np.asarray(native)[0] = 5.0
+    assert native.tolist() == [5.0, 1.0]
+
+
 def test_parameters_and_modules(accelerator):
     param = nn.Parameter(torch.ones(2, device="cuda"))
     assert param.to("cuda") is param

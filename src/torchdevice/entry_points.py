@@ -47,6 +47,7 @@ from types import CodeType, FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
+from torch.utils._device import DeviceContext, _device_constructors
 
 from torchdevice import callsite, ledger
 from torchdevice import runtime as runtime_module
@@ -95,6 +96,41 @@ LEFT_OUT: Mapping[str, str] = {
 #: True under ``torch._C.DisableTorchFunction()``: what the mode does not see either.
 _all_disabled = torch._C._is_torch_function_all_disabled
 
+#: How many function modes are on this thread's stack, and the one at a position.
+_stack_len = torch._C._len_torch_function_stack
+_stack_at = torch._C._get_function_stack_at
+
+#: The functions torch's ``DeviceContext`` gives a device to (``with torch.device(...)``,
+#: ``torch.set_default_device``): a set, as ``torch.utils._device`` keeps it.
+_CONTEXT_CONSTRUCTORS: Final = frozenset(_device_constructors())
+
+
+def _fills_here() -> bool:
+    """Whether a ``DeviceContext`` on the stack is the wrapper's to read: not under
+    ``DisableTorchFunction`` (no mode sees the call natively either) nor while dynamo
+    traces (it runs the context mode itself, as for the function mode)."""
+    return not _all_disabled() and not is_tracing()
+
+
+def _context_device(kwargs: dict[str, Any]) -> None:
+    """Give a constructor called without a device the device of the innermost
+    ``DeviceContext`` on this thread's mode stack, as that mode would, before the wrapper
+    places the call.
+
+    Why: ``with torch.device("cuda"):`` pushes torch's ``DeviceContext``, a function mode
+    that fills in ``device=`` as the call leaves Python, after the wrapper has passed it
+    on: natively on this host that device does not exist ("PyTorch is not linked with
+    support for cuda devices"). Under the function mode the context fills it in first and
+    the mode places it; here the wrapper reads it first, so the request is placed as the
+    mode places it (the same device, standing and report). Only called with a mode on the
+    stack and where :func:`_fills_here`.
+    """
+    for position in range(_stack_len() - 1, -1, -1):
+        mode = _stack_at(position)
+        if isinstance(mode, DeviceContext):
+            kwargs["device"] = mode.device
+            return
+
 
 #: The threads (by ``threading.get_ident()``) on which a handler is running: their torch
 #: calls go straight through. A set rather than a ``threading.local``: the hot path reads
@@ -126,12 +162,16 @@ def _handled(
 
 
 def _wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
-    """``original`` sending its calls through ``handler`` while an activation is on."""
+    """``original`` sending its calls through ``handler`` while an activation is on (a
+    constructor without a device given the one of a ``DeviceContext``: :func:`_context_device`)."""
+    fills = original in _CONTEXT_CONSTRUCTORS
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt: Runtime | None = runtime_module._active
         if rt is None:
             return original(*args, **kwargs)
+        if fills and kwargs.get("device") is None and _stack_len() and _fills_here():
+            _context_device(kwargs)
         return _handled(rt, original, handler, args, kwargs)
 
     functools.update_wrapper(wrapper, original)  # name, docstring; __wrapped__ = original
@@ -182,12 +222,16 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
     Everything else (a first request, dynamo, a native section) takes the handler.
     """
     places_default = handler is factory
+    fills = original in _CONTEXT_CONSTRUCTORS
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt: Runtime | None = runtime_module._active
         if rt is None:
             return original(*args, **kwargs)
         request = kwargs.get("device")
+        if request is None and fills and _stack_len() and _fills_here():
+            _context_device(kwargs)  # under ``with torch.device(...)``
+            request = kwargs.get("device")
         if request is None:
             default = rt.default_device
             if default is None or not places_default:

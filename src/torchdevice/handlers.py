@@ -49,6 +49,7 @@ __all__ = [
     "generator_bound",
     "parse_to",
     "pin_memory",
+    "tensor_array_wrap",
     "tensor_cpu",
     "tensor_cuda",
     "tensor_device",
@@ -595,11 +596,42 @@ def tensor_device(
 def tensor_numpy(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Tensor.numpy()`` reads the host copy of an accelerator tensor."""
+    """``Tensor.numpy()`` reads the host copy of an accelerator tensor.
+
+    Also ``Tensor.__array__`` (``dtype=``), the way NumPy reaches a tensor itself:
+    ``np.asarray(t)``, ``np.array(t)``, and NumPy functions given a tensor
+    (``np.argsort(t.cpu()[i])`` in whisper's beam search falls back to ``__array__`` when
+    ``Tensor.argsort`` rejects its keywords). Natively ``t.cpu()`` is host memory that the
+    array shares; on an accelerator host it is device memory, so the array is a copy: its
+    values are the tensor's, and writes to it stay in the array (docs/policy.md).
+    """
     tensor = args[0]
     if tensor.is_cpu:
         return func(*args, **kwargs)
     return func(tensor.cpu(), *args[1:], **kwargs)
+
+
+def tensor_array_wrap(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``Tensor.__array_wrap__``: NumPy's result for a tensor (``np.sin(t.cpu())``, the
+    indices of ``np.argsort``) as a tensor where the input is.
+
+    Natively the input is a host tensor and torch wraps the result with
+    ``torch.from_numpy``, a host tensor that mixes with the program's other host tensors.
+    On an accelerator host those live on the accelerator, standing for the host, so the
+    result goes there too and stands for the host: ``x + np.sin(x)`` works as natively.
+    The array it wraps is NumPy's fresh result, which nothing else holds. A float64
+    result (NumPy promotes ``float32 + float64``) meets the float64 rule on MPS, as a
+    host tensor moved there does.
+    """
+    tensor = args[0]
+    result = func(*args, **kwargs)
+    if tensor.is_cpu or not isinstance(result, torch.Tensor) or not result.is_cpu:
+        return result
+    device = tensor.device
+    dtype = rt.narrow_float64("Tensor.__array_wrap__", device, result.dtype)
+    return mark_placed(result.to(device, dtype), "host")
 
 
 def pin_memory(

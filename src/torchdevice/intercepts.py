@@ -38,6 +38,7 @@ from torchdevice.handlers import (
     generator_bound,
     parse_to,
     pin_memory,
+    tensor_array_wrap,
     tensor_cpu,
     tensor_cuda,
     tensor_device,
@@ -78,6 +79,8 @@ def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
         table[getattr(torch, name)] = constructor_overload
     if host.accelerator is not None:
         table[torch.Tensor.numpy] = tensor_numpy
+        table[torch.Tensor.__array__] = tensor_numpy
+        table[torch.Tensor.__array_wrap__] = tensor_array_wrap
         table[torch._C.TensorBase.device.__get__] = tensor_device
         for name in _GENERATOR_OPS:
             table[getattr(torch.Tensor, name)] = generator_bound
