@@ -47,7 +47,11 @@ def test_every_change_is_a_declared_place_of_the_entry_that_made_it(kind: str) -
 
 
 #: The entries only one tier installs: the mode's thread hooks, the tier's wrappers.
-_TIER_ONLY = {"mode": "entry-point wrappers", "entry-points": "thread hooks"}
+#: The entries that are one tier's own, by the other tier's name (those it never installs).
+_TIER_ONLY = {
+    "mode": {"entry-point wrappers"},
+    "entry-points": {"thread hooks", "autograd hooks"},
+}
 
 
 @pytest.mark.parametrize("intercept", ["mode", "entry-points"])
@@ -59,7 +63,7 @@ def test_first_activation_installs_in_the_order_of_the_list(intercept: str) -> N
     activation_entries = [
         i
         for i, patch in enumerate(INSTALL_ORDER)
-        if patch.when != "settings" and patch.name != _TIER_ONLY[intercept]
+        if patch.when != "settings" and patch.name not in _TIER_ONLY[intercept]
     ]
     walked = [position for position in positions if position in activation_entries]
     assert walked == sorted(walked)
@@ -67,7 +71,7 @@ def test_first_activation_installs_in_the_order_of_the_list(intercept: str) -> N
     # facade, and the other tier's own) ran.
     assert set(walked) == set(activation_entries)
     assert not set(positions) & {
-        i for i, patch in enumerate(INSTALL_ORDER) if patch.name == _TIER_ONLY[intercept]
+        i for i, patch in enumerate(INSTALL_ORDER) if patch.name in _TIER_ONLY[intercept]
     }
 
 
@@ -141,3 +145,61 @@ def test_pristine_check_sees_a_change_made_without_the_ledger(case: str) -> None
     with change():
         assert torch_is_pristine() == [f"{what} is not as native torch had it"]
     assert torch_is_pristine() == []
+
+
+def _hooked_backward() -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """A CUDA-first backward: a custom Function's backward, a module's full backward hook
+    and a tensor hook that ask for ``"cuda"``, then ``torch.autograd.grad`` through it."""
+    seen: list[str] = []
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * torch.full(grad.shape, 2.0, device="cuda")
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(2, 2).to("cuda")
+    linear.register_full_backward_hook(
+        lambda module, grad_in, grad_out: seen.append(grad_out[0].to("cuda").device.type)
+    )
+    x = torch.randn(3, 2, device="cuda", requires_grad=True)
+    x.register_hook(lambda grad: grad.to("cuda") * 3)
+    Double.apply(linear(x)).sum().backward()
+    (again,) = torch.autograd.grad(Double.apply(linear(x)).square().sum(), x)
+    assert x.grad is not None
+    return seen, x.grad, again
+
+
+@pytest.mark.parametrize("intercept", ["mode", "entry-points"])
+def test_hooks_and_custom_backward_functions_run_redirected(intercept: str) -> None:
+    """Autograd runs the program's hooks and custom backward functions inside
+    ``backward()``/``grad()``, which the mode handles with itself off the stack: the
+    backward patch puts it back for the engine's run (the sweep found a hook's ``.to("cuda")``
+    reaching torch unredirected). Gradients equal the same code run natively on the CPU."""
+    torchdevice.enable(host=Host.cpu(), intercept=intercept)  # type: ignore[typeddict-item]
+    try:
+        seen, grad, again = _hooked_backward()
+        assert torch._C._len_torch_function_stack() == (1 if intercept == "mode" else 0)
+    finally:
+        torchdevice.disable()
+    assert seen == ["cpu", "cpu"]
+    with torch.device("cpu"):
+        native = _native_hooked_backward()
+    torch.testing.assert_close(grad, native[0], rtol=0, atol=0)
+    torch.testing.assert_close(again, native[1], rtol=0, atol=0)
+
+
+def _native_hooked_backward() -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_hooked_backward`'s gradients natively, the device being the CPU."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(2, 2)
+    x = torch.randn(3, 2, requires_grad=True)
+    x.register_hook(lambda grad: grad * 3)
+    (linear(x) * 2).sum().backward()
+    (again,) = torch.autograd.grad((linear(x) * 2).square().sum(), x)
+    assert x.grad is not None
+    return x.grad, again

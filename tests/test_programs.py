@@ -444,18 +444,18 @@ def test_llama2c_training_compiled_on_the_simulated_device(host):
     assert (facts["scaler"], facts["device"]) == (False, "simgpu:0")
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="open (docs/sweep-sw3.md): PyTorch runs tensor hooks with no function mode on the "
-    "stack, so in the mode tier a hook's `.to('cuda')` reaches torch unredirected",
-)
+@pytest.mark.usefixtures("tier")
 @pytest.mark.parametrize("host", HOSTS)
 def test_gradient_hooks_move_tensors_between_host_and_device(host):
     """Tensor hooks (``register_hook``) that move each gradient ``.to(device)``, mask it with a
     tensor made with ``device=device`` and log its norm from ``.cpu()``: the same losses and
-    logged norms as the native CPU run."""
+    logged norms as the native CPU run. Torch takes the function mode off the stack while
+    the mode handles ``backward()``, and autograd ran the hooks without it ("PyTorch is not
+    linked with support for cuda devices", found by the sweep); patches.backward puts the
+    mode back for the engine's run."""
     facts = redirected(host, "grad_hooks.py")
     same(facts, native("grad_hooks.py", "--device", "cpu"), "losses", "logged")
+    assert facts["seen"] == (["cpu"] if host == "cpu" else ["simgpu"])
 
 
 def test_every_program_is_tested():

@@ -5,6 +5,8 @@ One module per family of changes:
 
 * :mod:`~torchdevice.patches.threads`: the function mode carried into other threads
   (``threading.setprofile``), and out again before they end;
+* :mod:`~torchdevice.patches.backward`: the function mode back on the stack while autograd
+  runs the program's hooks and custom backward functions;
 * :mod:`~torchdevice.patches.calls`: device-taking calls that never reach a function mode
   (``torch.load``, ``torch.Generator``, ``torch.range``, ``torch.nested``,
   ``torch.set_default_device``, ``Module.cuda/cpu``, ``torch._utils._rebuild_tensor``);
@@ -109,6 +111,19 @@ def _install_threads(activation: Activation) -> None:
     if _uses_the_mode(activation):  # the entry-points tier's wrappers are process-wide
         threads.install(activation.enter_thread, activation.leave_thread)
         activation.enter_thread()
+
+
+def _install_backward(activation: Activation) -> None:
+    if _uses_the_mode(activation):  # the entry-points tier has no mode to lose
+        from torchdevice.patches import backward  # noqa: PLC0415 - keeps import light
+
+        backward.install(activation.enter_thread)
+
+
+def _backward_spots() -> tuple[ledger.Spot, ...]:
+    from torchdevice.patches import backward  # noqa: PLC0415 - keeps import light
+
+    return backward.spots()
 
 
 def _thread_spots() -> tuple[ledger.Spot, ...]:
@@ -272,6 +287,7 @@ INSTALL_ORDER: Final[tuple[Patch, ...]] = (
     Patch("the log level", (logs.GROUP, logs.LAUNCHER_GROUP), "settings", None, _log_spots),
     Patch("variables for child processes", (ENV_GROUP,), "settings", None, _env_spots),
     Patch("thread hooks", (threads.GROUP,), "first", _install_threads, _thread_spots),
+    Patch("autograd hooks", ("backward",), "first", _install_backward, _backward_spots),
     Patch("torch call wrappers", (calls.GROUP,), "first", lambda _: calls.install(), _call_spots),
     Patch(
         "warnings at the user's line",
