@@ -170,6 +170,18 @@ def _ddp_reference(epochs: int) -> list[list[float]]:
 
 
 @pytest.mark.parametrize("host", HOSTS)
+def test_llama2c_style_swiglu_training(host):
+    """llama2.c's ``train.py`` patterns: RMSNorm, rotary embeddings, SDPA and a SwiGLU
+    feed-forward, fused AdamW on its CUDA branch. ``silu_backward`` is a kernel on MPS (and
+    the CPU), not PyTorch's decomposition: every weight equals the native run's (SDPA rule)."""
+    facts = redirected(host, "llama_swiglu.py")
+    args = ("--device", "cpu", "--fused", "1")
+    reference = native("llama_swiglu.py", *args, sdpa_math=host != "cpu")
+    same(facts, reference, "losses", "sums")
+    assert facts["fused"] is True
+
+
+@pytest.mark.parametrize("host", HOSTS)
 def test_ddp_tutorial_snapshots_resume_on_every_rank(host, tmp_path):
     """pytorch/examples' ddp-tutorial-series: ``torch.cuda.set_device(rank)``,
     ``model.to(rank)``, ``DDP(device_ids=[rank])``, a snapshot loaded with

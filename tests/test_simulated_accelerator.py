@@ -114,7 +114,10 @@ def test_the_op_set_is_mps_as_the_installed_torch_has_it(simgpu):
         "aten::linalg_qr",
         "aten::grid_sampler_2d_backward",
         "aten::_fft_r2c",
+        "aten::silu_backward",  # a kernel beside a composite: MPS runs its kernel
+        "aten::mish_backward",
     } <= supported
+    assert "aten::native_channel_shuffle" not in supported | missing  # decomposes on MPS
     assert {
         "aten::heaviside.out",
         "aten::linalg_eig",

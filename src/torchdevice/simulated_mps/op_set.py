@@ -56,7 +56,26 @@ def supported_ops() -> frozenset[str]:
     kernel in their place would bypass their autograd formula, so they decompose into ops this
     device lacks, and fall back whole.
     """
-    return _cpu_kernels() & mps_kernels()
+    return (_cpu_kernels() | _cpu_kernels_beside_composite()) & mps_kernels()
+
+
+@functools.cache
+def _cpu_kernels_beside_composite() -> frozenset[str]:
+    """The ``aten::`` overloads with a CPU kernel, a composite kernel and a derivative formula
+    of their own (an ``Autograd`` kernel): the composite serves backends without a kernel, and
+    where MPS has one it runs it (``silu_backward``, ``mish_backward``). Without them here this
+    device computed PyTorch's decomposition where MPS runs a kernel, and Llama-style training
+    (SwiGLU) drifted from the CPU's numbers. Only those MPS has a kernel for count:
+    ``native_channel_shuffle`` decomposes on MPS as everywhere else."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return frozenset(
+        name
+        for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith("aten::")
+        and has(name, "CPU")
+        and has(name, "CompositeImplicitAutograd")
+        and has(name, "Autograd")
+    )
 
 
 @functools.cache
