@@ -532,9 +532,18 @@ def test_cli_port_from_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "+x = torch.ones(2).to(device)\n" in out.read_text()
     assert "1 file(s) changed, 0 skipped" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["port"])  # neither a report nor a script
+        cli.main(["port"])  # neither a report nor a script: says so, not "not both"
     assert exit_info.value.code == 2
-    capsys.readouterr()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "torchdevice port: error: give --report REPORT.json (a JSON migration report) or a "
+        "SCRIPT to run"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--report", str(tmp_path / "r.json"), "script.py"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "torchdevice port: error: give either --report REPORT.json or a SCRIPT to run, not both"
+    )
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["port", "--report", str(tmp_path / "missing.json")])
     assert exit_info.value.code == 2
@@ -569,6 +578,12 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
             "upgrade torchdevice",
         ),
         ("[1, 2]", "it is not a JSON object"),
+        (
+            "torchdevice migration report (cpu host): 2 call(s) redirected at 2 call site(s)\n",
+            "it is the text report, which is for people; the tools read the JSON report, "
+            "which `torchdevice run --report report.json SCRIPT` writes (a path ending in .json)",
+        ),
+        ('{"entries": ', "it is not valid JSON (Expecting value: line 1 column 13 (char 12))"),
         ('{"entries": [{"file": "x.py"}]}', "missing field 'kind'"),
         (
             '{"entries": [{"file": "x.py", "line": 1, "function": "f", "kind": "odd", "api": "a",'

@@ -370,7 +370,7 @@ def test_a_bad_activation_variable_does_not_stop_a_run_without_the_option(
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("TORCHDEVICE_LOG_LEVEL", "LOUD", "Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
+        ("TORCHDEVICE_LOG_LEVEL", "LOUD", "expected 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
         ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"),
         ("TORCHDEVICE_KEEP_CPU", "maybe", BOOL_EXPECTED),
     ],
