@@ -373,3 +373,18 @@ def test_usage_errors_are_answered_before_torch_is_imported(
     assert facts == {"status": 2, "torch": False, "launcher": False}, done.stderr
     assert done.stderr.splitlines()[-1].startswith(message.format(**names)), done.stderr
     assert "ran" not in done.stdout
+
+
+def test_tunable_op_under_the_launcher_is_a_no_op_not_an_attribute_error(tmp_path: Path) -> None:
+    """``python -m torchdevice tunable.py`` ended in "AttributeError: module 'torch._C' has
+    no attribute '_cuda_tunableop_enable'"; TunableOp changes no result, so it is a no-op
+    whose switches keep their values (logged once at INFO)."""
+    script = tmp_path / "tunable.py"
+    script.write_text(
+        "import torch\ntorch.cuda.tunable.enable(True)\nprint(torch.cuda.tunable.is_enabled())\n",
+        encoding="utf-8",
+    )
+    done = _run([*PYTHON, "-m", "torchdevice", "--no-report", str(script)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True\n"
+    assert "AttributeError" not in done.stderr
