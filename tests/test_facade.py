@@ -284,9 +284,11 @@ def test_tunable_op_switches_keep_their_values_and_change_no_result(caplog):
         tunable.set_filename("tuned.csv")
     assert tunable.is_enabled() is True
     assert (tunable.get_max_tuning_iterations(), tunable.get_filename()) == (10, "tuned.csv")
-    assert tunable.get_results() == () and tunable.read_file() is False
+    assert tunable.get_results() == ()
+    assert tunable.read_file() is False
     said = [r.getMessage() for r in caplog.records if "torch.cuda.tunable:" in r.getMessage()]
-    assert len(said) == 1 and "change nothing" in said[0]
+    assert len(said) == 1
+    assert "change nothing" in said[0]
     assert torch.equal(a.to("cuda") @ b.to("cuda"), expected)
     assert any(e.api == "torch.cuda.tunable.enable" for e in torchdevice.report().entries)
     tunable.enable(False)
