@@ -884,6 +884,87 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
     assert (done.returncode, done.stdout) == (0, "5.0\n"), done.stderr
 
 
+#: PyTorch's MPS page's form of the check: the work in the ``else:`` branch, and a
+#: multi-line string in it that must keep its lines.
+PYTORCH_MPS_PAGE = """\
+import torch
+if not torch.backends.mps.is_available():
+    if not torch.backends.mps.is_built():
+        print("MPS not available because the current PyTorch install was not "
+              "built with MPS enabled.")
+    else:
+        print("MPS not available because the current MacOS version is not 12.3+ "
+              "and/or you do not have an MPS-enabled device on this machine.")
+
+else:
+    mps_device = torch.device("mps")
+
+    # Create a Tensor directly on the mps device
+    x = torch.ones(5, device=mps_device)
+    # Or
+    x = torch.ones(5, device="mps")
+    note = \"\"\"two
+    lines\"\"\"
+    print(x.sum().item(), note)
+"""
+
+
+def test_the_mps_pages_check_keeps_its_else_branch_and_runs_on_the_cpu(tmp_path: Path) -> None:
+    """``python -m torchdevice port mps_page.py`` made a script that printed "MPS not
+    available ... not built with MPS enabled." and did nothing on the CPU (issue 36): the
+    check goes, its ``else:`` body stays, one level less indented, and its
+    ``torch.device("mps")`` is the one device (no ``mps_device = device`` alias)."""
+    rows = _file_rows(
+        tmp_path,
+        PYTORCH_MPS_PAGE,
+        ("torch.backends.mps.is_available", "torch.backends.mps.is_available"),
+        ("torch.device", 'torch.device("mps")'),
+        ("torch.ones", 'torch.ones(5, device="mps")'),
+    )
+    rows = [dataclasses.replace(rows[0], kind="device-api"), *rows[1:]]
+    new, _ = port_source(PYTORCH_MPS_PAGE, rows)
+    assert new == (
+        "import torch\n"
+        f"{MARK} removed a check that only said why there is no MPS: its work runs on "
+        "`mps_device`, the CPU when there is no accelerator\n"
+        f"mps_device = {DEVICE_EXPRESSION}\n"
+        "\n"
+        "# Create a Tensor directly on the mps device\n"
+        "x = torch.ones(5, device=mps_device)\n"
+        "# Or\n"
+        "x = torch.ones(5, device=mps_device)\n"
+        'note = """two\n'
+        '    lines"""\n'
+        "print(x.sum().item(), note)\n"
+    )
+    done = _child(new, PYTHONPATH="")
+    assert (done.returncode, done.stdout) == (0, "5.0 two\n    lines\n"), done.stderr
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        'if torch.cuda.is_available():\n    y = torch.ones(2, device="cuda")\n'
+        '    print(y.sum().item())\nelse:\n    print("no GPU")\n',
+        'if not torch.cuda.is_available():\n    print("no GPU")\nelse:\n'
+        '    y = torch.ones(2, device="cuda")\n    print(y.sum().item())\n',
+    ],
+)
+def test_a_check_that_only_says_why_keeps_its_work_in_either_order(check: str) -> None:
+    source = "import torch\n" + check + "z = 1\n"
+    rows = entries_for(
+        source, ("torch.cuda.is_available", "torch.cuda"), ("torch.ones", "torch.ones")
+    )
+    new, _ = port_source(source, rows)
+    assert new == (
+        "import torch\n\n"
+        f"device = {DEVICE_EXPRESSION}\n"
+        f"{MARK} removed a check that only said why there is no CUDA: its work runs on "
+        "`device`, the CPU when there is no accelerator\n"
+        "y = torch.ones(2, device=device)\nprint(y.sum().item())\nz = 1\n"
+    )
+
+
 def test_mps_calls_outside_a_guard(tmp_path: Path) -> None:
     source = (
         "import torch\n"

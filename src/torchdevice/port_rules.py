@@ -177,6 +177,41 @@ def _is_check(node: ast.AST) -> bool:
     )
 
 
+def _says(statement: ast.stmt) -> bool:
+    """A message, or a check whose branches only hold messages: it tells the user why."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return _is_message(dotted(statement.value.func))
+    return (
+        isinstance(statement, ast.If)
+        and _is_check(statement.test)
+        and all(_says(inner) for inner in (*statement.body, *statement.orelse))
+    )
+
+
+def _kept_branch(check: ast.If) -> list[ast.stmt] | None:
+    """The work of an availability check whose other branch only says why (PyTorch's own
+    MPS page: ``if not torch.backends.mps.is_available():`` its nested ``is_built()``
+    messages, ``else:`` the work; or ``if ...is_available(): work else: message``): the
+    branch a ported file keeps, which runs on the device or the CPU. ``None`` for any
+    other ``if``, and for one written on a single line."""
+    test = check.test
+    if not check.orelse:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        if not _asks_available(test.operand):
+            return None
+        says, work = check.body, check.orelse
+    elif _asks_available(test):
+        work, says = check.body, check.orelse
+    else:
+        return None
+    if check.body[0].lineno == check.lineno or not all(_says(s) for s in says):
+        return None
+    if len(work) == 1 and isinstance(work[0], ast.If) and work is check.orelse:
+        return None  # an elif chain: not the check's form
+    return None if all(_says(s) for s in work) else work
+
+
 def _accelerator_literal(node: ast.AST) -> bool:
     """A device literal that names an accelerator (not an index, not the CPU)."""
     return is_device_literal(node) and not (
@@ -405,9 +440,16 @@ class _Source:
                 names = [(node.asname or node.name).split(".")[0]]
             for name in names:
                 bound.setdefault(name, []).append(node)
+        # The module's statements, with the work of a module-level availability check
+        # that only says why in its other branch: the port keeps it at module level.
+        module_level = [
+            statement
+            for top in self.tree.body
+            for statement in ((_kept_branch(top) or [top]) if isinstance(top, ast.If) else [top])
+        ]
         own = [
             statement.targets[0].id
-            for statement in self.tree.body
+            for statement in module_level
             if isinstance(statement, ast.Assign)
             and isinstance(statement.targets[0], ast.Name)
             and self._binds_a_device(statement)
@@ -440,6 +482,8 @@ class _Porter:
         self.uses_device = False
         self.helpers: set[str] = set()
         self.module_binding: ast.AST | None = None
+        #: Lines made less indented by :meth:`unwrap_check`, by how many characters.
+        self.dedent: dict[int, int] = {}
         self.var = source.var
         self.aliases = {
             choice.target for choice in source.choices if choice.target not in (None, self.var)
@@ -483,7 +527,7 @@ class _Porter:
             getattr(parent, name, None) == [statement]
             for name in ("body", "orelse", "finalbody", "handlers")
         )
-        indent = self.src.indent(first)
+        indent = self.indent(first)
         if why and why not in self.removed:
             self.removed.append(why)
         if not alone:
@@ -824,7 +868,7 @@ class _Porter:
             self.insert(self.src.start(call.args[0]), "(")
             self.insert(self.src.end(call.args[0]), f") if {GUARD} else None")
         elif form == "statement" and self._alone(call):
-            indent = self.src.indent(call.lineno)
+            indent = self.indent(call.lineno)
             self.insert(self.src.start(call), f"if {GUARD}:\n{indent}    ")
         elif form in ("guarded", "statement"):
             self.wrap(call, "(", f" if {GUARD} else {rewrite.neutral})")
@@ -956,6 +1000,13 @@ class _Porter:
             node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         ):
             node = self.src.parents[node]
+            if (
+                isinstance(node, ast.If)
+                and self.src.contains(node.test, call)
+                and _kept_branch(node) is not None
+            ):
+                self.unwrap_check(node)
+                return True
             if isinstance(node, ast.If) and self._exit_guard(node):
                 test = node.test.operand  # type: ignore[attr-defined]
                 what = "MPS" if "mps" in self.src.segment(test) else "CUDA"
@@ -966,6 +1017,78 @@ class _Porter:
                 self.remove_statement(node, why)
                 return True
         return False
+
+    def unwrap_check(self, check: ast.If) -> None:
+        """Keep the work of an availability check that only says why in its other branch
+        (:func:`_kept_branch`), one level less indented, and remove the rest: ported, the
+        work runs on the device, or on the CPU when there is none, where the check printed
+        "not built with MPS" and did nothing."""
+        kept = _kept_branch(check)
+        assert kept is not None
+        indent = self.src.indent(check.lineno)
+        delta = len(self.src.indent(kept[0].lineno)) - len(indent)
+        what = "MPS" if "mps" in self.src.segment(check.test) else "CUDA"
+        why = (
+            f"removed a check that only said why there is no {what}: its work runs on "
+            f"`{self.var}`, the CPU when there is no accelerator"
+        )
+        if why not in self.removed:
+            self.removed.append(why)
+        header = f"{indent}{MARK} {why}\n"
+        last = check.end_lineno or check.lineno
+        if kept is check.orelse:
+            first = self._else_line(check, check.body[-1]) + 1
+            self.edits.append(
+                _Edit(self.src.line_start(check.lineno), self.src.line_start(first), header)
+            )
+        else:
+            first = (check.test.end_lineno or check.lineno) + 1
+            self.edits.append(
+                _Edit(self.src.line_start(check.lineno), self.src.line_start(first), header)
+            )
+            end_of_work = kept[-1].end_lineno or kept[-1].lineno
+            self.edits.append(
+                _Edit(
+                    self.src.line_start(end_of_work + 1),
+                    self.src.line_start((check.end_lineno or check.lineno) + 1),
+                    "",
+                )
+            )
+            last = end_of_work
+        in_strings = self._string_lines(check)
+        prefix = self.src.indent(kept[0].lineno)[len(indent) :].encode("utf-8")
+        for line in range(first, last + 1):
+            start = self.src.line_start(line)
+            if line in in_strings or self.src.data[start : start + delta] != prefix:
+                continue  # a line inside a string, or a blank one
+            self.edits.append(_Edit(start, start + delta, ""))
+            self.dedent[line] = delta
+
+    def _else_line(self, check: ast.If, before: ast.stmt) -> int:
+        """The line of ``check``'s ``else:`` (or ``elif``), after the statement ``before``."""
+        indent = self.src.indent(check.lineno)
+        line = (before.end_lineno or before.lineno) + 1
+        while line <= (check.end_lineno or check.lineno):
+            text = self.src.data[self.src.line_start(line) : self.src.line_starts[line]].decode()
+            if text.startswith(indent) and text[len(indent) :].startswith(("else", "elif")):
+                return line
+            line += 1
+        raise AssertionError("an if with an else has an else line")  # pragma: no cover
+
+    def _string_lines(self, node: ast.AST) -> set[int]:
+        """The lines inside ``node`` that continue a multi-line string (left as they are)."""
+        lines: set[int] = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, (ast.Constant, ast.JoinedStr)) and (
+                isinstance(inner, ast.JoinedStr) or isinstance(inner.value, str)
+            ):
+                end = inner.end_lineno or inner.lineno
+                lines.update(range(inner.lineno + 1, end + 1))
+        return lines
+
+    def indent(self, line: int) -> str:
+        """The indentation of ``line`` once ported (less where a check was unwrapped)."""
+        return self.src.indent(line)[self.dedent.get(line, 0) :]
 
     def _exit_guard(self, guard: ast.If) -> bool:
         """``if not <available>():`` with no ``else``, whose body says why and exits."""
@@ -996,14 +1119,7 @@ class _Porter:
         )
 
     def _says(self, statement: ast.stmt) -> bool:
-        """A message, or a check whose branches only hold messages: it tells the user why."""
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-            return _is_message(dotted(statement.value.func))
-        return (
-            isinstance(statement, ast.If)
-            and _is_check(statement.test)
-            and all(self._says(inner) for inner in (*statement.body, *statement.orelse))
-        )
+        return _says(statement)
 
     # -- putting it together --------------------------------------------------------------
 
@@ -1017,7 +1133,7 @@ class _Porter:
                 edits.append(binding)
             for line, notes in self.notes.items():
                 offset = self.src.line_start(line)
-                indent = self.src.indent(line)
+                indent = self.indent(line)
                 text = "".join(f"{indent}{MARK} {note}\n" for note in notes)
                 edits.append(_Edit(offset, offset, text))
         accepted: list[_Edit] = []
