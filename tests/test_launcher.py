@@ -598,3 +598,34 @@ def test_native_with_an_option_of_a_redirected_run_is_a_usage_error(tmp_path, op
         f"{flag} cannot apply (a native run redirects nothing and has no migration report)"
     )
     assert not (tmp_path / "ran").exists()
+
+
+# -- info's columns ----------------------------------------------------------------------------
+
+
+def test_info_keeps_its_columns_straight_with_a_long_value(tmp_path):
+    """``TORCHDEVICE_REPORT=<a long path> torchdevice info``: the long value used to push
+    its row's last column out of line; now it keeps its line and the column continues
+    below, where the other rows have it."""
+    long_path = tmp_path / ("a-very-long-folder-name-" * 3) / "report.json"
+    env = {**_env(), "TORCHDEVICE_REPORT": str(long_path)}
+    command = [sys.executable, "-m", "torchdevice", "info"]
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    lines = ok(done).stdout.splitlines()
+    start = lines.index("settings (argument > environment > default; see docs/getting-started.md):")
+    rows = lines[start + 1 : start + 12]
+    path_row = next(i for i, line in enumerate(rows) if line.startswith("  report_path "))
+    assert rows[path_row].rstrip().endswith(str(long_path))
+    source = rows[path_row + 1]
+    assert source.strip() == "TORCHDEVICE_REPORT from the environment"
+    column = len(source) - len(source.lstrip())
+    others = [row for row in rows if row.endswith(" default")]
+    assert len(others) == 8, rows
+    assert {row.index(" default") + 1 for row in others} == {column}
+    policy = lines[lines.index("policy on this host:") + 1 : start - 1]
+    column = policy[0].index("reason")
+    for row in policy[1:]:  # every reason starts under the heading, after three cells
+        assert row[column - 1] == " " and row[column] != " ", policy
+        assert len(row[:column].split()) == 3, policy
