@@ -627,5 +627,6 @@ def test_info_keeps_its_columns_straight_with_a_long_value(tmp_path):
     policy = lines[lines.index("policy on this host:") + 1 : start - 1]
     column = policy[0].index("reason")
     for row in policy[1:]:  # every reason starts under the heading, after three cells
-        assert row[column - 1] == " " and row[column] != " ", policy
+        assert row[column - 1] == " ", policy
+        assert row[column] != " ", policy
         assert len(row[:column].split()) == 3, policy

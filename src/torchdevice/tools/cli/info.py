@@ -139,9 +139,9 @@ def render(info: Mapping[str, Any]) -> str:
 
 def table(rows: list[list[str]], cap: int = 24) -> list[str]:
     """``rows`` as aligned columns, indented by two: each column as wide as its widest cell
-    of at most ``cap`` characters; a longer cell (a report path, a simulated device's name) keeps its
-    line, and the rest of its row continues on the next line, in its columns, so that the
-    columns stay straight (the last column is never padded)."""
+    of at most ``cap`` characters; a longer cell (a report path) keeps its line, and the
+    rest of its row continues on the next line, in its columns, so that the columns stay
+    straight (the last column is never padded)."""
     widths = [
         max((len(row[i]) for row in rows if len(row[i]) <= cap), default=cap)
         for i in range(len(rows[0]) - 1)
