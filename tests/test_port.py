@@ -21,19 +21,26 @@ import pytest
 import torch
 
 from torchdevice.callsite import CallSite
-from torchdevice.port_rules import advise, ported_call
+from torchdevice.port_rules import COMMENT_WIDTH, advise, ported_call, unwrapped
 from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
 from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
 from torchdevice.tools import cli
+from torchdevice.tools import port as port_module
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
     MARK,
     library_of,
     port_report,
-    port_source,
 )
 
 DEVICE_LINE = f"device = {DEVICE_EXPRESSION}"
+
+
+def port_source(text: str, entries: list[Entry]) -> tuple[str, tuple[str, ...]]:
+    """The port of ``text``, each comment read back as one line (how comments wrap at
+    COMMENT_WIDTH is test_long_comments_wrap_and_read_back_as_one_line's)."""
+    new, notes = port_module.port_source(text, entries)
+    return unwrapped(new), notes
 
 
 def entries_for(source: str, *wanted: tuple[str, str], kind: str = "redirect") -> list[Entry]:
@@ -386,8 +393,9 @@ GUARD_REMOVED = (
 def test_a_guard_that_only_exits_without_cuda_is_removed(guard: str, expected: str | None) -> None:
     source = "import sys\nimport torch\n" + guard + "x = 1\n"
     new, _ = port_source(source, entries_for(source, ("torch.cuda.is_available", "torch.cuda")))
-    if expected is not None:
-        assert new == "import sys\nimport torch\n" + expected + "x = 1\n"
+    if expected is not None:  # `import sys` goes with the guard's sys.exit, its one use
+        imports = "import torch\n" if "sys." in guard else "import sys\nimport torch\n"
+        assert new == imports + expected + "x = 1\n"
     else:
         assert new == source.replace("torch.cuda.is_available", "torch.accelerator.is_available")
 
@@ -872,8 +880,8 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
     )
     rows = [dataclasses.replace(row, kind="device-api") for row in rows[:2]] + rows[2:]
     new = assert_advice_is_the_patch(PYTORCH_MPS_CHECK, rows)
-    assert new == (
-        "import sys\nimport torch\n"
+    assert new == (  # `import sys` went with the guard's sys.exit(1), its one use
+        "import torch\n"
         f"{MARK} removed a guard that exits without MPS: the ported code runs on `mps_device`, "
         "the CPU when there is no accelerator\n"
         f"mps_device = {DEVICE_EXPRESSION}\nx = torch.ones(5, device=mps_device)\n"
@@ -1127,3 +1135,62 @@ def test_the_port_says_when_this_environments_torch_is_older_than_the_patch_need
         "torch.accelerator.get_memory_info); this environment has torch 2.9.1+cpu"
     )
     assert err[-1] == "torchdevice port: 1 file(s) changed, 0 skipped"
+
+
+#: A CUDA script of the first hour (issue 36): a guard that exits through sys, an event
+#: (a helper), and a division by a memory statistic.
+FIRST_HOUR = """\
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    print("This script requires a CUDA GPU")
+    sys.exit(1)
+
+start = torch.cuda.Event(enable_timing=True)
+start.record()
+if True:
+    used = torch.cuda.memory_allocated() / torch.cuda.max_memory_allocated()
+"""
+
+
+def test_the_first_hours_patch_is_tidy() -> None:
+    """``torchdevice port`` of FIRST_HOUR left ``import sys`` with no use, three blank lines
+    after its helpers, and comment lines of 150-190 characters (issue 36 item 9)."""
+    rows = entries_for(
+        FIRST_HOUR,
+        ("torch.cuda.is_available", "torch.cuda.is_available"),
+        ("torch.cuda.Event", "torch.cuda.Event"),
+        ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
+        ("torch.cuda.max_memory_allocated", "torch.cuda.max_memory_allocated"),
+    )
+    new, _ = port_module.port_source(FIRST_HOUR, rows)
+    ast.parse(new)
+    lines = new.splitlines()
+    assert "import sys" not in lines  # its one use went with the guard
+    assert lines[0] == "import torch"
+    helpers_end = max(i for i, line in enumerate(lines) if line == "    return _HostEvent()")
+    assert lines[helpers_end + 1 : helpers_end + 3] == ["", ""]  # two blank lines, not three
+    assert lines[helpers_end + 3].startswith(MARK)
+    comments = [line for line in lines if line.lstrip().startswith("#")]
+    assert comments
+    assert all(len(line) <= COMMENT_WIDTH for line in comments), comments
+    continued = [line for line in comments if line.lstrip().startswith("#   ")]
+    assert continued  # the long ones went on over several lines, at their statement's indent
+    assert all(line.startswith("    #   ") for line in continued if "stand-in" in line)
+    read_back = unwrapped(new)
+    assert (
+        f"    {MARK} without an accelerator `torch.accelerator.memory_allocated()` is 0 here (a "
+        "stand-in, not a measurement); guard what is computed from it\n" in read_back
+    )
+
+
+def test_an_import_the_rest_of_the_file_uses_stays() -> None:
+    source = (
+        "import sys\nimport torch\n"
+        'if not torch.cuda.is_available():\n    sys.exit("needs CUDA")\n'
+        "print(sys.argv)\n"
+    )
+    new, _ = port_source(source, entries_for(source, ("torch.cuda.is_available", "torch.cuda")))
+    assert new.startswith("import sys\nimport torch\n")

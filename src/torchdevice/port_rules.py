@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -46,16 +47,20 @@ from torchdevice.rewrites import (
 )
 
 __all__ = [
+    "COMMENT_WIDTH",
+    "CONTINUED",
     "MARK",
     "STATIC_REASON",
     "PortEntry",
     "advise",
+    "comment_lines",
     "dotted",
     "is_device_literal",
     "keyword_of",
     "minimum_torch",
     "port_source",
     "ported_call",
+    "unwrapped",
 ]
 
 #: Prefix of every comment the port writes.
@@ -73,6 +78,8 @@ _DEVICE_NAMES = ("device", "target_device", "torch_device")
 _DEVICE_LITERAL = re.compile(r"(cuda|mps|xpu)(:\d+)?")
 
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+#: The modules a removed guard may have been the only user of (for its exit).
+_EXIT_MODULES = frozenset({"sys", "os"})
 
 #: Calls that ask whether an accelerator is there: the tests of a device choice and of a
 #: guard. ``is_built`` asks about the build; PyTorch's own MPS check nests it in the guard.
@@ -103,6 +110,36 @@ class PortEntry(Protocol):
     def reason(self) -> str: ...
     @property
     def positions(self) -> tuple[Position, ...]: ...
+
+
+#: The widest line a comment of the port's takes, indentation included (black's 88 would
+#: split most of them; 100 is this project's own width).
+COMMENT_WIDTH = 100
+#: How a comment's continuation lines start, after the indentation.
+CONTINUED = "#   "
+
+
+def comment_lines(indent: str, text: str, width: int = COMMENT_WIDTH) -> str:
+    """``text`` as ``# torchdevice port:`` comment lines at ``indent``, each at most
+    ``width`` characters where its words allow (a long code span stays whole), the ones
+    after the first starting with :data:`CONTINUED`; ends with a newline."""
+    return (
+        textwrap.fill(
+            text,
+            width=width,
+            initial_indent=f"{indent}{MARK} ",
+            subsequent_indent=f"{indent}{CONTINUED}",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        + "\n"
+    )
+
+
+def unwrapped(text: str) -> str:
+    """``text`` with each comment's continuation lines joined back to its first line, so
+    that a comment reads as the one line :func:`comment_lines` was given."""
+    return re.sub(rf"\n[ \t]*{re.escape(CONTINUED)}", " ", text)
 
 
 def _is_message(name: str) -> bool:
@@ -484,6 +521,9 @@ class _Porter:
         self.module_binding: ast.AST | None = None
         #: Lines made less indented by :meth:`unwrap_check`, by how many characters.
         self.dedent: dict[int, int] = {}
+        #: What the port removed (statements, a check's test and its other branch): an
+        #: import only they used goes too (:meth:`_imports_left_unused`).
+        self.removed_nodes: list[ast.AST] = []
         self.var = source.var
         self.aliases = {
             choice.target for choice in source.choices if choice.target not in (None, self.var)
@@ -528,6 +568,7 @@ class _Porter:
             for name in ("body", "orelse", "finalbody", "handlers")
         )
         indent = self.indent(first)
+        self.removed_nodes.append(statement)
         if why and why not in self.removed:
             self.removed.append(why)
         if not alone:
@@ -535,7 +576,7 @@ class _Porter:
             if why:
                 self.note(statement, why)
             return
-        text = f"{indent}{MARK} {why}\n" if why else ""
+        text = comment_lines(indent, why) if why else ""
         text += f"{indent}pass\n" if sole else ""
         self.edits.append(_Edit(self.src.line_start(first), self.src.line_start(last + 1), text))
 
@@ -1034,7 +1075,8 @@ class _Porter:
         )
         if why not in self.removed:
             self.removed.append(why)
-        header = f"{indent}{MARK} {why}\n"
+        self.removed_nodes += [check.test, *(check.body if kept is check.orelse else check.orelse)]
+        header = comment_lines(indent, why)
         last = check.end_lineno or check.lineno
         if kept is check.orelse:
             first = self._else_line(check, check.body[-1]) + 1
@@ -1126,6 +1168,8 @@ class _Porter:
     def finish(self, *, preamble: bool = True) -> list[_Edit]:
         """The edits, without overlaps, with the device binding and the comments added
         (``preamble=False``: the call's own edits alone, for its advice)."""
+        if preamble:
+            self._imports_left_unused()
         edits = list(self.edits)
         if preamble:
             binding = self._preamble()
@@ -1134,7 +1178,7 @@ class _Porter:
             for line, notes in self.notes.items():
                 offset = self.src.line_start(line)
                 indent = self.indent(line)
-                text = "".join(f"{indent}{MARK} {note}\n" for note in notes)
+                text = "".join(comment_lines(indent, note) for note in notes)
                 edits.append(_Edit(offset, offset, text))
         accepted: list[_Edit] = []
         # By start; at one offset insertions first (in the order made), then the largest.
@@ -1182,12 +1226,66 @@ class _Porter:
         text = "".join(f"{line}\n" for line in needed)
         if binding:
             text += f"\n{self.var} = {DEVICE_EXPRESSION}\n"
-        if helpers:
-            text += "".join(f"\n\n{HELPERS[name]}" for name in helpers) + "\n\n"
+        first_line = 1 if last_import is None else (last_import.end_lineno or 0) + 1
+        if helpers:  # two blank lines after them, with those the file already has there
+            text += "".join(f"\n\n{HELPERS[name]}" for name in helpers)
+            text += "\n" * max(0, 2 - self._blank_lines_from(first_line))
         if last_import is None:
-            return _Edit(0, 0, text.lstrip("\n") + "\n")
-        after = self.src.line_start((last_import.end_lineno or last_import.lineno) + 1)
+            return _Edit(0, 0, text.lstrip("\n") + ("" if helpers else "\n"))
+        after = self.src.line_start(first_line)
         return _Edit(after, after, text)
+
+    def _imports_left_unused(self) -> None:
+        """Remove a module-level ``import sys`` (or ``import os``) that only the removed
+        statements used: the guard's ``sys.exit`` (``os._exit``). Other imports stay: the
+        ported code may use them again (``torch``), or import them for their effect."""
+        if not self.removed_nodes:
+            return
+        for statement in self.src.tree.body:
+            if not (
+                isinstance(statement, ast.Import)
+                and len(statement.names) == 1
+                and statement.names[0].asname is None
+                and statement.names[0].name in _EXIT_MODULES
+            ):
+                continue
+            name = statement.names[0].name
+            uses = [
+                node
+                for node in ast.walk(self.src.tree)
+                if isinstance(node, ast.Name) and node.id == name
+            ]
+            if uses and all(
+                any(self.src.contains(gone, use) for gone in self.removed_nodes) for use in uses
+            ):
+                self._remove_import(statement)
+
+    def _remove_import(self, statement: ast.stmt) -> None:
+        """Remove an import's line, and a blank line after it that would otherwise open
+        the file or double the one before it."""
+        first, last = statement.lineno, statement.end_lineno or statement.lineno
+        before = (
+            b""
+            if first == 1
+            else self.src.data[self.src.line_start(first - 1) : self.src.line_start(first)]
+        )
+        blank_after = self._blank_lines_from(last + 1) > 0
+        end = last + 2 if blank_after and (first == 1 or not before.strip()) else last + 1
+        if self.src.data[self.src.line_start(first) : self.src.start(statement)].strip():
+            self.remove_statement(statement, None)  # shares its line: the text alone
+            return
+        self.removed_nodes.append(statement)
+        self.edits.append(_Edit(self.src.line_start(first), self.src.line_start(end), ""))
+
+    def _blank_lines_from(self, line: int) -> int:
+        """How many blank lines the file has from ``line`` on."""
+        count = 0
+        while line + count < len(self.src.line_starts):
+            start = self.src.line_start(line + count)
+            if self.src.data[start : self.src.line_starts[line + count]].strip():
+                break
+            count += 1
+        return count
 
     def outcome(self, call: ast.Call) -> tuple[str | None, tuple[str, ...]]:
         """What porting ``call`` did: the ported code of the call and of what the port
@@ -1209,7 +1307,7 @@ class _Porter:
             cursor = max(cursor, edit.end)
         out += self.src.data[cursor:end]
         lines = [line.strip() for line in out.decode("utf-8").splitlines()]
-        code = " ".join(line for line in lines if line and not line.startswith(MARK))
+        code = " ".join(line for line in lines if line and not line.startswith("#"))
         return ("" if code == "pass" else code), tuple(notes)
 
 
