@@ -524,6 +524,9 @@ class _Porter:
         #: What the port removed (statements, a check's test and its other branch): an
         #: import only they used goes too (:meth:`_imports_left_unused`).
         self.removed_nodes: list[ast.AST] = []
+        #: Why a rewrite that fixed its line wrote what it wrote (``str(device)`` for a
+        #: device name): said in the report's advice, not left as a comment on the line.
+        self.explained: list[str] = []
         self.var = source.var
         self.aliases = {
             choice.target for choice in source.choices if choice.target not in (None, self.var)
@@ -890,8 +893,8 @@ class _Porter:
         if form == "keep":
             self.note(call, f"{api}(): {rewrite.why}")
             return
-        if rewrite.comment:
-            self.note(call, rewrite.why)
+        if rewrite.comment:  # the rewrite fixes the line: the why is the advice's alone
+            self.explained.append(" ".join(rewrite.why.split()))
         if form == "expression":
             self.replace(call, rewrite.code(self._arguments(call), self.device()))
             return
@@ -1294,7 +1297,11 @@ class _Porter:
         statement = self.src.statement(call)
         low, high = self.src.start(statement), self.src.end(statement)
         mine = [e for e in self.finish(preamble=False) if e.start <= high and e.end >= low]
-        notes = [*self.removed, *(n for line in sorted(self.notes) for n in self.notes[line])]
+        notes = [
+            *self.removed,
+            *(n for line in sorted(self.notes) for n in self.notes[line]),
+            *self.explained,
+        ]
         notes = list(dict.fromkeys(notes))
         if not mine:
             return None, tuple(notes)
