@@ -16,18 +16,25 @@ for MPS is the host's business, not a line to port, and does not count.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from torchdevice.reporting import MigrationReport
 from torchdevice.reporting.guide import origin, to_change
 
-__all__ = ["FLAG", "lines_to_port", "verdict"]
+__all__ = ["FLAG", "STATUS", "fail_at_exit", "lines_to_port", "verdict"]
 
 #: The option's name in ``torchdevice run`` and ``torchdevice compare`` (the pytest
 #: plugin's is ``--torchdevice-`` followed by the same words).
 FLAG: Final = "--max-redirected-lines"
+#: The exit status of a run (``torchdevice run``) or comparison that succeeded but
+#: redirected more lines than allowed (1 is a script's own failure or a regression, 2 a
+#: usage error). The pytest plugin's is pytest's for failed tests, 1.
+STATUS: Final = 3
 
 
 def lines_to_port(report: MigrationReport) -> list[str]:
@@ -67,3 +74,37 @@ def _shown(filename: str) -> str:
     except ValueError:  # another drive (Windows)
         return filename
     return filename if relative.startswith(os.pardir) else relative
+
+
+def fail_at_exit(
+    limit: int,
+    report: Callable[[], MigrationReport | None],
+    script_status: Callable[[], int | None],
+) -> None:
+    """End the process with :data:`STATUS` at exit when ``report()`` holds more than
+    ``limit`` of the user's lines and ``script_status()`` is 0 (a script that failed
+    keeps its status; the lines are listed either way). ``report()`` returns ``None`` in
+    a process that must not judge (one a redirected run started).
+
+    Register it before torch is imported and before redirection is switched on: ``atexit``
+    runs newest first, so it runs last, after the report is delivered, the child
+    processes' parts are merged into it, and torch's and multiprocessing's own handlers
+    have run. Python fixes the exit status before ``atexit`` handlers run, so a run that
+    must fail ends here, with its streams flushed and logging shut down.
+    """
+    pid = os.getpid()
+
+    def at_exit() -> None:
+        if os.getpid() != pid:
+            return  # a forked copy
+        judged = report()
+        lines = () if judged is None else verdict(judged, limit)
+        if not lines:
+            return
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        if script_status() == 0:
+            sys.stdout.flush()
+            logging.shutdown()
+            os._exit(STATUS)
+
+    atexit.register(at_exit)

@@ -16,13 +16,11 @@ setting started (the simulated MPS device for ``--host simulated-mps``).
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import functools
 import importlib.machinery
 import importlib.util
 import io
-import logging
 import os
 import runpy
 import sys
@@ -38,11 +36,10 @@ from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 from torchdevice.tools import gate as ci_gate
 
-__all__ = ["GATE_STATUS", "LaunchError", "run_module", "run_script"]
+__all__ = ["GATE_STATUS", "LaunchError", "gate_report", "run_module", "run_script", "script_status"]
 
-#: The exit status of a run that succeeded but redirected more lines than the gate allows
-#: (1 is a script's own failure, 2 a usage error).
-GATE_STATUS = 3
+#: The exit status of a run that succeeded but redirected more lines than the gate allows.
+GATE_STATUS = ci_gate.STATUS
 #: What the script's own exit status was (``None``: it has not ended, or was interrupted).
 _script_status: int | None = None
 
@@ -170,30 +167,15 @@ def _status_of(code: object) -> int:
     return code if isinstance(code, int) else 1
 
 
-def _gate(limit: int) -> None:
-    """Fail the run at exit when it redirected more than ``limit`` of the user's lines.
+def script_status() -> int | None:
+    """The script's exit status once it has ended (``None``: not yet, or interrupted)."""
+    return _script_status
 
-    Registered before redirection is switched on, so it runs after every other exit
-    handler of torchdevice (``atexit`` runs newest first): after the report is delivered
-    and the child processes' parts are merged into it. Python fixes the exit status
-    before ``atexit`` handlers run, so a run that must fail ends here, with the streams
-    flushed and logging shut down; a script that failed keeps its own status.
-    """
-    pid = os.getpid()
 
-    def at_exit() -> None:
-        if os.getpid() != pid or report_parts.role() == "writer":
-            return  # a forked copy, or a launcher inside another redirected run
-        lines = ci_gate.verdict(activation.report(), limit)
-        if not lines:
-            return
-        print("\n".join(lines), file=sys.stderr, flush=True)
-        if _script_status == 0:
-            sys.stdout.flush()
-            logging.shutdown()
-            os._exit(GATE_STATUS)
-
-    atexit.register(at_exit)
+def gate_report() -> Any:
+    """The whole run's report for the CI gate, or ``None`` in a launcher that a redirected
+    run started (that run judges)."""
+    return None if report_parts.role() == "writer" else activation.report()
 
 
 def _run_native(target: Any, argv: list[str], path0: str, beside: str | None) -> None:
@@ -246,15 +228,15 @@ def run_script(
     options: dict[str, Any] | None = None,
     report_path: Path | None = None,
     quiet: bool = False,
-    gate: int | None = None,
     native: bool = False,
     beside: str | None = None,
 ) -> None:
     """Run ``script`` as ``__main__`` with ``args``, redirected; report at the end.
 
-    ``gate``: fail the run when it redirected more than that many of the user's lines;
-    ``native``: run it without torchdevice (``beside``: the accelerator it runs beside,
-    as the start line names it).
+    The CI gate is registered by the caller, before torch's import
+    (:func:`torchdevice.tools.gate.fail_at_exit`, with :func:`gate_report` and
+    :func:`script_status`). ``native``: run it without torchdevice (``beside``: the
+    accelerator it runs beside, as the start line names it).
 
     As a direct run: ``sys.argv[0]`` is the path as given, ``__file__`` is absolute, and
     ``sys.path[0]`` is the script's directory with symlinks resolved.
@@ -275,8 +257,6 @@ def run_script(
     if native:
         _run_native(target, argv, path0, beside)
         return
-    if gate is not None:
-        _gate(gate)
     _run(
         target,
         argv,
@@ -295,11 +275,10 @@ def run_module(
     options: dict[str, Any] | None = None,
     report_path: Path | None = None,
     quiet: bool = False,
-    gate: int | None = None,
     native: bool = False,
     beside: str | None = None,
 ) -> None:
-    """Run ``python -m module args`` redirected; report at the end (``gate``, ``native``,
+    """Run ``python -m module args`` redirected; report at the end (``native``,
     ``beside``: as :func:`run_script`).
 
     A module that cannot be found raises :class:`LaunchError` before anything runs (and
@@ -315,8 +294,6 @@ def run_module(
             raise LaunchError(problem)
         _run_native(target, argv, os.getcwd(), beside)
         return
-    if gate is not None:
-        _gate(gate)
     _enable(options or {}, read_program)
     problem = _module_problem(module)
     if problem is not None:

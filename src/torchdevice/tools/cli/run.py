@@ -24,6 +24,7 @@ from typing import Any
 
 from torchdevice.errors import SettingsError
 from torchdevice.settings import Settings, choices, load_settings
+from torchdevice.tools import gate
 from torchdevice.tools.gate import FLAG as GATE_FLAG
 from torchdevice.tools.options import split_leading
 from torchdevice.tools.outputs import unwritable
@@ -113,13 +114,14 @@ def main(argv: Sequence[str], prog: str) -> int:
         problem = unwritable(report_path)
         if problem:  # found now, not after a long run that then loses its report
             ours.exit(2, f"{prog}: error: cannot write the report to {report_path}: {problem}\n")
+    if ns.max_lines is not None:  # registered before torch's import: it runs last at exit
+        gate.fail_at_exit(ns.max_lines, _gate_report, _script_status)
     from torchdevice.tools import launcher  # noqa: PLC0415 - torch: only once the checks passed
 
     how: dict[str, Any] = {
         "options": options,
         "report_path": report_path,
         "quiet": ns.no_report,
-        "gate": ns.max_lines,
         "native": ns.native,
         "beside": _beside(loaded.host) if ns.native else None,
     }
@@ -131,6 +133,19 @@ def main(argv: Sequence[str], prog: str) -> int:
     else:
         launcher.run_script(ns.script, rest, **how)
     return 0
+
+
+def _gate_report() -> Any:
+    """The launcher's report for the gate (the launcher is imported by then)."""
+    from torchdevice.tools import launcher  # noqa: PLC0415 - imported by main already
+
+    return launcher.gate_report()
+
+
+def _script_status() -> int | None:
+    from torchdevice.tools import launcher  # noqa: PLC0415 - imported by main already
+
+    return launcher.script_status()
 
 
 def _beside(choice: object) -> str | None:

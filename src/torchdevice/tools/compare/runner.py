@@ -400,7 +400,7 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
         return 2
     status = 1 if regressions else 0
     if ns.max_lines is not None and _gate_fails(output, ns.max_lines, prog):
-        status = status or GATE_STATUS
+        status = status or gate.STATUS
     return status
 
 
@@ -423,11 +423,6 @@ def _summarize(comparison: Comparison, output: Path) -> list[str]:
     )
     print(f"wrote {json_path} and {md_path}")
     return regressions
-
-
-#: compare's exit status when only the gate failed (1 is a regression, 2 a usage error
-#: or an abnormal run), as ``torchdevice run``'s.
-GATE_STATUS = 3
 
 
 def _gate_fails(output: Path, limit: int, prog: str) -> bool:
