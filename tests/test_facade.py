@@ -109,19 +109,19 @@ def test_submodules_import_through_the_facade():
 
 
 def test_a_cuda_submodule_first_imported_while_enabled_is_adopted_by_the_real_module():
-    name = "torch.cuda.tunable"
+    name = "torch.cuda.gds"  # a submodule the facade does not stand in for
     saved = sys.modules.pop(name, None)
-    saved_attr = REAL_CUDA.__dict__.pop("tunable", None)
+    saved_attr = REAL_CUDA.__dict__.pop("gds", None)
     try:
         torchdevice.enable()
         module = importlib.import_module(name)
         torchdevice.disable()
         assert sys.modules[name] is module
-        assert REAL_CUDA.tunable is module
+        assert REAL_CUDA.gds is module
     finally:
         if saved is not None:
             sys.modules[name] = saved
-            REAL_CUDA.tunable = saved_attr
+            REAL_CUDA.gds = saved_attr
 
 
 def test_availability_and_device_selection():
