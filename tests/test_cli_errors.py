@@ -320,7 +320,7 @@ def test_info_says_which_tier_a_run_would_use() -> None:
         "  tier: entry-points: wrappers on the functions that take a device; every other op "
         "runs native, with no function mode (docs/tiers.md)"
     ) in tier.stdout
-    assert "intercept       entry-points TORCHDEVICE_INTERCEPT from the environment" in tier.stdout
+    assert "  intercept      entry-points TORCHDEVICE_INTERCEPT from the environment" in tier.stdout
     bad = one_line(run("info", TORCHDEVICE_INTERCEPT="wrappers"))
     assert bad.startswith(f"{PROG} info: error: invalid TORCHDEVICE_INTERCEPT='wrappers'")
     assert "'mode'" in bad

@@ -244,7 +244,8 @@ def test_compare_the_sample_suite_under_xdist(
         "failed",
         "AssertionError: assert 'cpu' == 'cuda'",
     )
-    assert (regression["redirects"], regression["fallbacks"]) == (1, 0)
+    # torch.cuda.is_available() (the facade answered) and torch.arange(device="cuda")
+    assert (regression["redirects"], regression["fallbacks"]) == (2, 0)
     native_marked = tests["test_host.py::test_native_even_under_torchdevice"]
     assert native_marked["redirected"]["outcome"] == "passed"
     assert native_marked["redirected"]["redirects"] == 0
@@ -253,7 +254,7 @@ def test_compare_the_sample_suite_under_xdist(
     assert "| pass rate (passed / passed+failed+error) | 100.0% | 75.0% |" in md
     assert (
         "| `test_host.py::test_device_matches_request` | failed "
-        "| AssertionError: assert 'cpu' == 'cuda' | 1 | 0 |"
+        "| AssertionError: assert 'cpu' == 'cuda' | 2 | 0 |"
     ) in md
     assert (
         "| `test_gpu.py::test_tensor_is_on_cuda` | failed "
@@ -290,3 +291,69 @@ def test_compare_estimates_what_is_left(done, collected, elapsed, expected, left
 )
 def test_eta_is_a_rough_figure(seconds, text) -> None:
     assert progress.eta_text(seconds) == text
+
+
+def test_node_ids_list_their_numbers_as_numbers() -> None:
+    """pytest lists ``test[1]``, ``test[2]``, ``test[10]``; a plain string sort would put
+    ``[10]`` before ``[1]`` (``0`` sorts before ``]``)."""
+    ids = ["t.py::test[10]", "t.py::test[1]", "t.py::test[2]", "t.py::other"]
+    run = RunResult("native", [], tests={nodeid: TestResult("passed") for nodeid in ids})
+    rows = compare_runs(run, run, []).rows()
+    assert [row[0] for row in rows] == [
+        "t.py::other",
+        "t.py::test[1]",
+        "t.py::test[2]",
+        "t.py::test[10]",
+    ]
+
+
+#: A suite whose only CUDA line outside a parametrized test is a torch.cuda call the
+#: facade answers.
+GATED_SUITE = """\
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("n", [1, 2, 10])
+def test_sizes(n):
+    assert torch.ones(n, device="cuda").sum().item() == n
+
+
+def test_synchronize():
+    torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="native runs must fail without CUDA")
+def test_the_gate_fails_compare_and_a_facade_call_counts_as_a_redirect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_gated.py").write_text(GATED_SUITE, encoding="utf-8")
+    output = tmp_path / "out"
+
+    status = cli.main(
+        ["compare", "--output", str(output), "--max-redirected-lines", "--quiet", str(suite)]
+    )
+
+    _, err = capsys.readouterr()
+    assert status == 3  # no regression (natively they fail); only the gate fails
+    assert err.splitlines()[-3:] == [
+        "torchdevice: 2 line(s) of your code were redirected, more than the 0 allowed "
+        "(--max-redirected-lines 0):",
+        f"  {suite / 'test_gated.py'}:7: torch.ones(cuda) -> cpu:0",
+        f"  {suite / 'test_gated.py'}:11: torch.cuda.synchronize(cuda) -> cpu:0",
+    ]
+    data = json.loads((output / "compare.json").read_text(encoding="utf-8"))
+    tests = {t["nodeid"]: t["redirected"] for t in data["tests"]}
+    assert tests["test_gated.py::test_synchronize"]["redirects"] == 1  # the facade answered
+    assert [t["nodeid"] for t in data["tests"]] == [
+        "test_gated.py::test_sizes[1]",
+        "test_gated.py::test_sizes[2]",
+        "test_gated.py::test_sizes[10]",
+        "test_gated.py::test_synchronize",
+    ]
+    assert (
+        cli.main(["compare", "--output", str(output), "--max-redirected-lines=2", str(suite)]) == 0
+    )

@@ -55,7 +55,7 @@ def test_enable_installs_and_disable_restores_every_object_exactly():
     assert sys.modules["torch.cuda"] is torch.cuda is not REAL_CUDA
     assert sys.modules["torch.mps"] is torch.mps is not REAL_MPS
     assert torch.backends.mps is not REAL_BACKENDS_MPS
-    for name in ("random", "memory", "streams", "nvtx", "graphs", "nccl", "jiterator"):
+    for name in ("random", "memory", "streams", "nvtx", "graphs", "tunable", "nccl", "jiterator"):
         assert sys.modules[f"torch.cuda.{name}"] is getattr(torch.cuda, name)
         assert sys.modules[f"torch.cuda.{name}"] is not CUDA_SUBMODULES.get(f"torch.cuda.{name}")
     torchdevice.disable()
@@ -109,19 +109,19 @@ def test_submodules_import_through_the_facade():
 
 
 def test_a_cuda_submodule_first_imported_while_enabled_is_adopted_by_the_real_module():
-    name = "torch.cuda.tunable"
+    name = "torch.cuda.gds"  # a submodule the facade does not stand in for
     saved = sys.modules.pop(name, None)
-    saved_attr = REAL_CUDA.__dict__.pop("tunable", None)
+    saved_attr = REAL_CUDA.__dict__.pop("gds", None)
     try:
         torchdevice.enable()
         module = importlib.import_module(name)
         torchdevice.disable()
         assert sys.modules[name] is module
-        assert REAL_CUDA.tunable is module
+        assert REAL_CUDA.gds is module
     finally:
         if saved is not None:
             sys.modules[name] = saved
-            REAL_CUDA.tunable = saved_attr
+            REAL_CUDA.gds = saved_attr
 
 
 def test_availability_and_device_selection():
@@ -321,6 +321,31 @@ def test_nvtx_ranges_are_no_ops_with_nvtx_return_values():
     with torch.cuda.profiler.profile():
         torch.cuda.profiler.start()
         torch.cuda.profiler.stop()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the real TunableOp answers on CUDA")
+def test_tunable_op_switches_keep_their_values_and_change_no_result(caplog):
+    """``torch.cuda.tunable.enable(True)`` raised AttributeError on torch._C (issue 36): a
+    switch that changes how fast a GEMM runs, never its result, is a logged no-op."""
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    expected = a @ b
+    torchdevice.enable()
+    tunable = torch.cuda.tunable
+    assert (tunable.is_enabled(), tunable.tuning_is_enabled()) == (False, True)
+    with caplog.at_level("INFO", logger="torchdevice"):
+        tunable.enable(True)
+        tunable.set_max_tuning_iterations(10)
+        tunable.set_filename("tuned.csv")
+    assert tunable.is_enabled() is True
+    assert (tunable.get_max_tuning_iterations(), tunable.get_filename()) == (10, "tuned.csv")
+    assert tunable.get_results() == ()
+    assert tunable.read_file() is False
+    said = [r.getMessage() for r in caplog.records if "torch.cuda.tunable:" in r.getMessage()]
+    assert len(said) == 1
+    assert "change nothing" in said[0]
+    assert torch.equal(a.to("cuda") @ b.to("cuda"), expected)
+    assert any(e.api == "torch.cuda.tunable.enable" for e in torchdevice.report().entries)
+    tunable.enable(False)
 
 
 def test_cudnn_and_cuda_backend_flags_are_settable_without_effect():

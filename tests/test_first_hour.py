@@ -9,7 +9,9 @@
 - the launcher and environment activation say on stderr, once, that torchdevice is on, and
   environment activation points to the report at exit; the processes a run starts stay
   silent;
-- the README says how long its two commands take and gives a check of under a minute.
+- the README says how long its two commands take and gives a check of under a minute;
+- usage errors (an unknown option, a missing script, a report path that cannot be
+  written, a bad gate) are answered before torch is imported (issue 36 item 8).
 """
 
 from __future__ import annotations
@@ -264,7 +266,8 @@ def test_the_launcher_says_once_that_torchdevice_is_on(tmp_path: Path) -> None:
     )
     assert "torchdevice migration report (" in done.stderr
     quiet = _run([*PYTHON, "-m", "torchdevice", "--no-report", str(script)], tmp_path)
-    assert (quiet.returncode, quiet.stderr) == (0, "")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.splitlines() == done.stderr.splitlines()[:1]  # the report goes, not it
 
 
 def test_environment_activation_says_so_at_start_and_points_to_the_report_at_exit(
@@ -318,3 +321,111 @@ def test_the_readme_says_how_long_its_commands_take_and_the_quick_check_is_quick
     assert done.returncode == 0, done.stdout + done.stderr
     assert "torchdevice: on, redirecting to" in done.stderr
     assert took < 60, f"the one-minute check took {took:.0f} s"
+
+
+# -- usage errors come before torch's import (issue 36 item 8) -----------------------------
+
+#: Runs the command line's main with the arguments given, then says whether torch (or
+#: the launcher) was imported and with what status the command ended.
+_IMPORTS = """\
+import json, sys
+from torchdevice.tools.cli import main
+try:
+    status = main(sys.argv[1:], prog="python -m torchdevice")
+except SystemExit as exc:
+    status = exc.code
+print(json.dumps({"status": status, "torch": "torch" in sys.modules,
+                  "launcher": "torchdevice.tools.launcher" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bogus", "x.py"], "python -m torchdevice: error: unrecognized arguments: --bogus"),
+        (["missing.py"], "python -m torchdevice: can't open file {missing!r}: [Errno 2] No such"),
+        (
+            ["--report", "{file}/r.json", "script.py"],
+            "python -m torchdevice: error: cannot write the report to {file}/r.json: "
+            "{file!r} is a file, not a directory",
+        ),
+        (
+            ["--max-redirected-lines=-2", "script.py"],
+            "python -m torchdevice: error: argument --max-redirected-lines: expected a number",
+        ),
+        (
+            ["run", "--native", "--no-report", "script.py"],
+            "python -m torchdevice run: error: --native runs the script without torchdevice",
+        ),
+    ],
+)
+def test_usage_errors_are_answered_before_torch_is_imported(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    """``python -m torchdevice --bogus x.py``: the usage error in a fraction of a second,
+    not after the 2-3 s of importing torch (the closing note has the timings)."""
+    (tmp_path / "script.py").write_text("print('ran')\n", encoding="utf-8")
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    names = {"file": str(tmp_path / "file"), "missing": str(tmp_path / "missing.py")}
+    argv = [arg.format(**names) for arg in args]
+    done = _run([*PYTHON, "-c", _IMPORTS, *argv], tmp_path)
+    facts = json.loads(done.stdout.splitlines()[-1])
+    assert facts == {"status": 2, "torch": False, "launcher": False}, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(message.format(**names)), done.stderr
+    assert "ran" not in done.stdout
+
+
+def test_tunable_op_under_the_launcher_is_a_no_op_not_an_attribute_error(tmp_path: Path) -> None:
+    """``python -m torchdevice tunable.py`` ended in "AttributeError: module 'torch._C' has
+    no attribute '_cuda_tunableop_enable'"; TunableOp changes no result, so it is a no-op
+    whose switches keep their values (logged once at INFO)."""
+    script = tmp_path / "tunable.py"
+    script.write_text(
+        "import torch\ntorch.cuda.tunable.enable(True)\nprint(torch.cuda.tunable.is_enabled())\n",
+        encoding="utf-8",
+    )
+    done = _run([*PYTHON, "-m", "torchdevice", "--no-report", str(script)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True\n"
+    assert "AttributeError" not in done.stderr
+
+
+#: PyTorch's MPS page's form of the check: the work in the ``else:`` branch.
+MPS_PAGE = """\
+import torch
+
+# Check that MPS is available
+if not torch.backends.mps.is_available():
+    if not torch.backends.mps.is_built():
+        print("MPS not available because the current PyTorch install was not "
+              "built with MPS enabled.")
+    else:
+        print("MPS not available because the current MacOS version is not 12.3+ "
+              "and/or you do not have an MPS-enabled device on this machine.")
+
+else:
+    mps_device = torch.device("mps")
+    x = torch.ones(5, device=mps_device)
+    y = x * 2
+    model = torch.nn.Linear(5, 1)
+    model.to(mps_device)
+    pred = model(x)
+    print("pred", tuple(pred.shape), y.sum().item())
+"""
+
+
+def test_the_mps_pages_check_ported_runs_its_work_on_the_cpu(tmp_path: Path) -> None:
+    """``python -m torchdevice port mps_check.py``, ``git apply``, ``python mps_check.py``:
+    the ported script printed "MPS not available ... not built with MPS enabled." and did
+    nothing on the CPU (issue 36 item 6); now its work runs, natively."""
+    script = tmp_path / "mps_check.py"
+    script.write_text(MPS_PAGE, encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, timeout=60)
+    port = _run([*PYTHON, "-m", "torchdevice", "port", "-o", "mps.patch", script.name], tmp_path)
+    assert port.returncode == 0, port.stderr
+    applied = _run(["git", "apply", "mps.patch"], tmp_path)
+    assert applied.returncode == 0, applied.stderr
+    native = _run([*PYTHON, script.name], tmp_path)
+    assert native.returncode == 0, native.stderr
+    assert native.stdout == "pred (1,) 10.0\n"
+    assert "mps_device = device" not in script.read_text(encoding="utf-8")

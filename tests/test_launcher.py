@@ -451,3 +451,182 @@ def test_example_needs_cuda_natively():
 
     assert result.returncode != 0
     assert "requires a CUDA GPU" in result.stderr
+
+
+# -- the CI gate: --max-redirected-lines [N] -------------------------------------------------
+
+#: Two lines written for CUDA (one of them called three times) and a line that asks for the
+#: CPU, which no port changes.
+DRIFTED = """\
+import sys
+
+import torch
+
+for _ in range(3):
+    x = torch.ones(2, device="cuda")
+y = x.cuda()
+z = torch.zeros(2, device="cpu")
+print("sum", (y + z).sum().item())
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+def _gate_lines(script: Path) -> list[str]:
+    """The listing the gate prints for DRIFTED at ``script`` (run from its folder)."""
+    ones, cuda = line_of(script, 'device="cuda"'), line_of(script, "x.cuda()")
+    return [
+        f"  {script.name}:{ones}: torch.ones(cuda) -> {CUDA_LANDS_ON}:0",
+        f"  {script.name}:{cuda}: Tensor.cuda(cuda) -> {CUDA_LANDS_ON}:0",
+    ]
+
+
+def test_the_gate_fails_a_run_that_redirected_more_lines_than_allowed(tmp_path):
+    script = write(tmp_path / "drifted.py", DRIFTED)
+
+    alone = run("--max-redirected-lines", "--no-report", script.name, cwd=tmp_path)
+
+    assert alone.returncode == 3, alone.stderr
+    assert "sum 2.0" in alone.stdout  # the script ran in full first
+    lines = alone.stderr.splitlines()
+    heading = lines.index(
+        "torchdevice: 2 line(s) of your code were redirected, more than the 0 allowed "
+        "(--max-redirected-lines 0):"
+    )
+    assert lines[heading + 1 :] == _gate_lines(script)  # lines, not calls; the CPU line is not one
+    one = run("--max-redirected-lines", "1", "--no-report", script.name, cwd=tmp_path)
+    assert one.returncode == 3, one.stderr
+    assert "more than the 1 allowed (--max-redirected-lines 1):" in one.stderr
+    two = ok(run("--max-redirected-lines=2", "--no-report", script.name, cwd=tmp_path))
+    assert "line(s) of your code were redirected" not in two.stderr
+    ok(run("--no-report", script.name, cwd=tmp_path))  # no gate, no failure
+
+
+def test_the_gate_keeps_the_scripts_own_failure_and_follows_the_report(tmp_path):
+    script = write(tmp_path / "drifted.py", DRIFTED)
+
+    result = run("--max-redirected-lines", "0", script.name, "5", cwd=tmp_path)
+
+    assert result.returncode == 5, result.stderr  # the script's status, not the gate's
+    assert result.stderr.index(REPORT_TITLE) < result.stderr.index("line(s) of your code")
+    assert result.stderr.splitlines()[-2:] == _gate_lines(script)
+
+
+def test_the_gate_counts_the_lines_of_the_processes_the_run_started(tmp_path):
+    write(tmp_path / "child.py", 'import torch\ntorch.zeros(1, device="cuda")\n')
+    script = write(
+        tmp_path / "parent.py",
+        """\
+        import subprocess, sys
+        subprocess.run([sys.executable, "child.py"], check=True)
+        """,
+    )
+
+    result = run("--max-redirected-lines", "--no-report", script.name, cwd=tmp_path)
+
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[-1] == f"  child.py:2: torch.zeros(cuda) -> {CUDA_LANDS_ON}:0"
+
+
+def test_a_negative_gate_is_a_usage_error(tmp_path):
+    script, marker = write(tmp_path / "m.py", "open('ran', 'w').close()\n"), tmp_path / "ran"
+    result = run("--max-redirected-lines=-1", script, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "python -m torchdevice: error: argument --max-redirected-lines: expected a number "
+        "of lines, 0 or more"
+    )
+    assert not marker.exists()
+
+
+def test_no_report_keeps_the_line_that_says_torchdevice_is_on(tmp_path):
+    script = redirecting_script(tmp_path)
+
+    result = ok(run("--no-report", script))
+
+    assert result.stderr.splitlines() == [result.stderr.splitlines()[0]]
+    assert result.stderr.startswith(f"torchdevice: on, redirecting to {CUDA_LANDS_ON}")
+
+
+# -- --native: the script without torchdevice, beside the host's accelerator ----------------
+
+NATIVE_FACTS = """\
+import json, sys
+import torch
+device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+activation = sys.modules.get("torchdevice.activation")
+print("FACTS " + json.dumps({
+    "device": str(torch.ones(2, device=device).device),
+    "enabled": bool(activation and activation.is_enabled()),
+    "sum": torch.arange(4.0, device=device).sum().item(),
+}))
+"""
+
+
+def test_native_runs_the_script_without_torchdevice_on_the_simulated_mps_device(tmp_path):
+    script = write(tmp_path / "ported.py", NATIVE_FACTS)
+
+    beside = ok(run("run", "--native", "--host", "simulated-mps", script))
+    plain = ok(run("--native", script))
+
+    assert facts(beside) == {"device": "simgpu:0", "enabled": False, "sum": 6.0}
+    assert facts(plain) == {"device": "cpu", "enabled": False, "sum": 6.0}
+    assert beside.stderr.splitlines() == [
+        "torchdevice: off (--native), running natively, beside simulated-mps "
+        "(device type 'simgpu', as torch.accelerator reports it)"
+    ]
+    assert plain.stderr.splitlines() == ["torchdevice: off (--native), running natively"]
+
+
+def test_native_fails_where_the_code_still_asks_for_cuda(tmp_path):
+    script = write(tmp_path / "cuda.py", 'import torch\ntorch.ones(1, device="cuda")\n')
+
+    result = run("--native", "--host", "simulated-mps", script)
+
+    assert result.returncode == 1
+    assert "Torch not compiled with CUDA enabled" in result.stderr.splitlines()[-1]
+    assert REPORT_TITLE not in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--report=r.json", "--no-report", "--keep-cpu"])
+def test_native_with_an_option_of_a_redirected_run_is_a_usage_error(tmp_path, option):
+    script = write(tmp_path / "m.py", "open('ran', 'w').close()\n")
+    result = run("--native", option, script, cwd=tmp_path)
+    assert result.returncode == 2
+    flag = option.split("=")[0]
+    assert result.stderr.splitlines()[-1] == (
+        f"python -m torchdevice: error: --native runs the script without torchdevice, so "
+        f"{flag} cannot apply (a native run redirects nothing and has no migration report)"
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+# -- info's columns ----------------------------------------------------------------------------
+
+
+def test_info_keeps_its_columns_straight_with_a_long_value(tmp_path):
+    """``TORCHDEVICE_REPORT=<a long path> torchdevice info``: the long value used to push
+    its row's last column out of line; now it keeps its line and the column continues
+    below, where the other rows have it."""
+    long_path = tmp_path / ("a-very-long-folder-name-" * 3) / "report.json"
+    env = {**_env(), "TORCHDEVICE_REPORT": str(long_path)}
+    command = [sys.executable, "-m", "torchdevice", "info"]
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    lines = ok(done).stdout.splitlines()
+    start = lines.index("settings (argument > environment > default; see docs/getting-started.md):")
+    rows = lines[start + 1 : start + 12]
+    path_row = next(i for i, line in enumerate(rows) if line.startswith("  report_path "))
+    assert rows[path_row].rstrip().endswith(str(long_path))
+    source = rows[path_row + 1]
+    assert source.strip() == "TORCHDEVICE_REPORT from the environment"
+    column = len(source) - len(source.lstrip())
+    others = [row for row in rows if row.endswith(" default")]
+    assert len(others) == 8, rows
+    assert {row.index(" default") + 1 for row in others} == {column}
+    policy = lines[lines.index("policy on this host:") + 1 : start - 1]
+    column = policy[0].index("reason")
+    for row in policy[1:]:  # every reason starts under the heading, after three cells
+        assert row[column - 1] == " ", policy
+        assert row[column] != " ", policy
+        assert len(row[:column].split()) == 3, policy

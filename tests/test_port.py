@@ -21,19 +21,26 @@ import pytest
 import torch
 
 from torchdevice.callsite import CallSite
-from torchdevice.port_rules import advise, ported_call
+from torchdevice.port_rules import COMMENT_WIDTH, advise, ported_call, unwrapped
 from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
 from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
 from torchdevice.tools import cli
+from torchdevice.tools import port as port_module
 from torchdevice.tools.port import (
     DEVICE_EXPRESSION,
     MARK,
     library_of,
     port_report,
-    port_source,
 )
 
 DEVICE_LINE = f"device = {DEVICE_EXPRESSION}"
+
+
+def port_source(text: str, entries: list[Entry]) -> tuple[str, tuple[str, ...]]:
+    """The port of ``text``, each comment read back as one line (how comments wrap at
+    COMMENT_WIDTH is test_long_comments_wrap_and_read_back_as_one_line's)."""
+    new, notes = port_module.port_source(text, entries)
+    return unwrapped(new), notes
 
 
 def entries_for(source: str, *wanted: tuple[str, str], kind: str = "redirect") -> list[Entry]:
@@ -322,8 +329,10 @@ def test_the_patch_writes_what_the_report_advises(name: str) -> None:
     else:
         expression = getattr(statement, "value", None) or statement.items[0].context_expr
         assert ast.dump(expression) == ast.dump(ast.parse(code, mode="eval").body)
-    if rewrite.comment:
-        assert notes == (rewrite.why,)
+    if rewrite.comment:  # the line is fixed: the why is in the advice, not a comment
+        assert notes == ()
+        assert rewrite.why in advice
+        assert MARK not in new
 
 
 def test_what_has_no_equivalent_is_left_with_a_comment_saying_why() -> None:
@@ -386,8 +395,9 @@ GUARD_REMOVED = (
 def test_a_guard_that_only_exits_without_cuda_is_removed(guard: str, expected: str | None) -> None:
     source = "import sys\nimport torch\n" + guard + "x = 1\n"
     new, _ = port_source(source, entries_for(source, ("torch.cuda.is_available", "torch.cuda")))
-    if expected is not None:
-        assert new == "import sys\nimport torch\n" + expected + "x = 1\n"
+    if expected is not None:  # `import sys` goes with the guard's sys.exit, its one use
+        imports = "import torch\n" if "sys." in guard else "import sys\nimport torch\n"
+        assert new == imports + expected + "x = 1\n"
     else:
         assert new == source.replace("torch.cuda.is_available", "torch.accelerator.is_available")
 
@@ -532,9 +542,18 @@ def test_cli_port_from_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "+x = torch.ones(2).to(device)\n" in out.read_text()
     assert "1 file(s) changed, 0 skipped" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["port"])  # neither a report nor a script
+        cli.main(["port"])  # neither a report nor a script: says so, not "not both"
     assert exit_info.value.code == 2
-    capsys.readouterr()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "torchdevice port: error: give --report REPORT.json (a JSON migration report) or a "
+        "SCRIPT to run"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["port", "--report", str(tmp_path / "r.json"), "script.py"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "torchdevice port: error: give either --report REPORT.json or a SCRIPT to run, not both"
+    )
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["port", "--report", str(tmp_path / "missing.json")])
     assert exit_info.value.code == 2
@@ -569,6 +588,12 @@ def test_cli_port_runs_the_script(tmp_path: Path) -> None:
             "upgrade torchdevice",
         ),
         ("[1, 2]", "it is not a JSON object"),
+        (
+            "torchdevice migration report (cpu host): 2 call(s) redirected at 2 call site(s)\n",
+            "it is the text report, which is for people; the tools read the JSON report, "
+            "which `torchdevice run --report report.json SCRIPT` writes (a path ending in .json)",
+        ),
+        ('{"entries": ', "it is not valid JSON (Expecting value: line 1 column 13 (char 12))"),
         ('{"entries": [{"file": "x.py"}]}', "missing field 'kind'"),
         (
             '{"entries": [{"file": "x.py", "line": 1, "function": "f", "kind": "odd", "api": "a",'
@@ -703,7 +728,12 @@ def assert_advice_is_the_patch(source: str, rows: list[Entry]) -> str:
         if code:
             assert _flat(code) in _flat(new), (code, new)
             assert advice.startswith(f"`{code}`")
+        rewrite = rewrite_for(row.api)
         for note in said:
+            if rewrite.comment and note == _flat(rewrite.why):
+                # A rewrite that fixed its line (str(device)) says why in the advice only.
+                assert _flat(f"{MARK} {note}") not in _flat(new), (note, new)
+                continue
             assert _flat(f"{MARK} {note}") in _flat(new), (note, new)
             assert note in advice
     return new
@@ -857,8 +887,8 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
     )
     rows = [dataclasses.replace(row, kind="device-api") for row in rows[:2]] + rows[2:]
     new = assert_advice_is_the_patch(PYTORCH_MPS_CHECK, rows)
-    assert new == (
-        "import sys\nimport torch\n"
+    assert new == (  # `import sys` went with the guard's sys.exit(1), its one use
+        "import torch\n"
         f"{MARK} removed a guard that exits without MPS: the ported code runs on `mps_device`, "
         "the CPU when there is no accelerator\n"
         f"mps_device = {DEVICE_EXPRESSION}\nx = torch.ones(5, device=mps_device)\n"
@@ -867,6 +897,87 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
     assert guide.advice(rows[1]) == guide.advice(rows[0])
     done = _child(new + "print(x.sum().item())", PYTHONPATH="")
     assert (done.returncode, done.stdout) == (0, "5.0\n"), done.stderr
+
+
+#: PyTorch's MPS page's form of the check: the work in the ``else:`` branch, and a
+#: multi-line string in it that must keep its lines.
+PYTORCH_MPS_PAGE = """\
+import torch
+if not torch.backends.mps.is_available():
+    if not torch.backends.mps.is_built():
+        print("MPS not available because the current PyTorch install was not "
+              "built with MPS enabled.")
+    else:
+        print("MPS not available because the current MacOS version is not 12.3+ "
+              "and/or you do not have an MPS-enabled device on this machine.")
+
+else:
+    mps_device = torch.device("mps")
+
+    # Create a Tensor directly on the mps device
+    x = torch.ones(5, device=mps_device)
+    # Or
+    x = torch.ones(5, device="mps")
+    note = \"\"\"two
+    lines\"\"\"
+    print(x.sum().item(), note)
+"""
+
+
+def test_the_mps_pages_check_keeps_its_else_branch_and_runs_on_the_cpu(tmp_path: Path) -> None:
+    """``python -m torchdevice port mps_page.py`` made a script that printed "MPS not
+    available ... not built with MPS enabled." and did nothing on the CPU (issue 36): the
+    check goes, its ``else:`` body stays, one level less indented, and its
+    ``torch.device("mps")`` is the one device (no ``mps_device = device`` alias)."""
+    rows = _file_rows(
+        tmp_path,
+        PYTORCH_MPS_PAGE,
+        ("torch.backends.mps.is_available", "torch.backends.mps.is_available"),
+        ("torch.device", 'torch.device("mps")'),
+        ("torch.ones", 'torch.ones(5, device="mps")'),
+    )
+    rows = [dataclasses.replace(rows[0], kind="device-api"), *rows[1:]]
+    new, _ = port_source(PYTORCH_MPS_PAGE, rows)
+    assert new == (
+        "import torch\n"
+        f"{MARK} removed a check that only said why there is no MPS: its work runs on "
+        "`mps_device`, the CPU when there is no accelerator\n"
+        f"mps_device = {DEVICE_EXPRESSION}\n"
+        "\n"
+        "# Create a Tensor directly on the mps device\n"
+        "x = torch.ones(5, device=mps_device)\n"
+        "# Or\n"
+        "x = torch.ones(5, device=mps_device)\n"
+        'note = """two\n'
+        '    lines"""\n'
+        "print(x.sum().item(), note)\n"
+    )
+    done = _child(new, PYTHONPATH="")
+    assert (done.returncode, done.stdout) == (0, "5.0 two\n    lines\n"), done.stderr
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        'if torch.cuda.is_available():\n    y = torch.ones(2, device="cuda")\n'
+        '    print(y.sum().item())\nelse:\n    print("no GPU")\n',
+        'if not torch.cuda.is_available():\n    print("no GPU")\nelse:\n'
+        '    y = torch.ones(2, device="cuda")\n    print(y.sum().item())\n',
+    ],
+)
+def test_a_check_that_only_says_why_keeps_its_work_in_either_order(check: str) -> None:
+    source = "import torch\n" + check + "z = 1\n"
+    rows = entries_for(
+        source, ("torch.cuda.is_available", "torch.cuda"), ("torch.ones", "torch.ones")
+    )
+    new, _ = port_source(source, rows)
+    assert new == (
+        "import torch\n\n"
+        f"device = {DEVICE_EXPRESSION}\n"
+        f"{MARK} removed a check that only said why there is no CUDA: its work runs on "
+        "`device`, the CPU when there is no accelerator\n"
+        "y = torch.ones(2, device=device)\nprint(y.sum().item())\nz = 1\n"
+    )
 
 
 def test_mps_calls_outside_a_guard(tmp_path: Path) -> None:
@@ -1031,3 +1142,62 @@ def test_the_port_says_when_this_environments_torch_is_older_than_the_patch_need
         "torch.accelerator.get_memory_info); this environment has torch 2.9.1+cpu"
     )
     assert err[-1] == "torchdevice port: 1 file(s) changed, 0 skipped"
+
+
+#: A CUDA script of the first hour (issue 36): a guard that exits through sys, an event
+#: (a helper), and a division by a memory statistic.
+FIRST_HOUR = """\
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    print("This script requires a CUDA GPU")
+    sys.exit(1)
+
+start = torch.cuda.Event(enable_timing=True)
+start.record()
+if True:
+    used = torch.cuda.memory_allocated() / torch.cuda.max_memory_allocated()
+"""
+
+
+def test_the_first_hours_patch_is_tidy() -> None:
+    """``torchdevice port`` of FIRST_HOUR left ``import sys`` with no use, three blank lines
+    after its helpers, and comment lines of 150-190 characters (issue 36 item 9)."""
+    rows = entries_for(
+        FIRST_HOUR,
+        ("torch.cuda.is_available", "torch.cuda.is_available"),
+        ("torch.cuda.Event", "torch.cuda.Event"),
+        ("torch.cuda.memory_allocated", "torch.cuda.memory_allocated"),
+        ("torch.cuda.max_memory_allocated", "torch.cuda.max_memory_allocated"),
+    )
+    new, _ = port_module.port_source(FIRST_HOUR, rows)
+    ast.parse(new)
+    lines = new.splitlines()
+    assert "import sys" not in lines  # its one use went with the guard
+    assert lines[0] == "import torch"
+    helpers_end = max(i for i, line in enumerate(lines) if line == "    return _HostEvent()")
+    assert lines[helpers_end + 1 : helpers_end + 3] == ["", ""]  # two blank lines, not three
+    assert lines[helpers_end + 3].startswith(MARK)
+    comments = [line for line in lines if line.lstrip().startswith("#")]
+    assert comments
+    assert all(len(line) <= COMMENT_WIDTH for line in comments), comments
+    continued = [line for line in comments if line.lstrip().startswith("#   ")]
+    assert continued  # the long ones went on over several lines, at their statement's indent
+    assert all(line.startswith("    #   ") for line in continued if "stand-in" in line)
+    read_back = unwrapped(new)
+    assert (
+        f"    {MARK} without an accelerator `torch.accelerator.memory_allocated()` is 0 here (a "
+        "stand-in, not a measurement); guard what is computed from it\n" in read_back
+    )
+
+
+def test_an_import_the_rest_of_the_file_uses_stays() -> None:
+    source = (
+        "import sys\nimport torch\n"
+        'if not torch.cuda.is_available():\n    sys.exit("needs CUDA")\n'
+        "print(sys.argv)\n"
+    )
+    new, _ = port_source(source, entries_for(source, ("torch.cuda.is_available", "torch.cuda")))
+    assert new.startswith("import sys\nimport torch\n")

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from childenv import clean_env
-from torchdevice.port_rules import advise, ported_call
+from torchdevice.port_rules import advise, ported_call, unwrapped
 from torchdevice.reporting import MigrationReport
 from torchdevice.reporting.guide import origin
 from torchdevice.tools.port import MARK, port_report
@@ -280,7 +280,7 @@ def test_a_ported_script_runs_natively_on_the_cpu_and_beside_another_accelerator
         code, notes = ported_call(original, entry) or (None, ())
         if code:
             assert " ".join(code.split()) in " ".join(ported.split()), (row, output)
-        assert all(note in ported for note in notes), (row, output)
+        assert all(note in unwrapped(ported) for note in notes), (row, output)  # wrapped
 
     # 3. Natively on this CPU host, torchdevice unimportable.
     native = _run([*python, str(script)], repo, _native_env(tmp_path / "poison"))
@@ -288,9 +288,22 @@ def test_a_ported_script_runs_natively_on_the_cpu_and_beside_another_accelerator
     assert native.returncode == 0, said
     assert _same(_result(native.stdout), want), (want, said)
 
-    # 4. Natively beside a non-CUDA accelerator: the simulated one, torchdevice not enabled.
-    beside = _run([*python, "-c", ON_SIMULATED, str(script)], repo, env)
+    # 4. Natively beside a non-CUDA accelerator: the simulated one, torchdevice not enabled,
+    # as a user checks it: `torchdevice run --native --host simulated-mps` (docs/port.md).
+    command = [*python, "-m", "torchdevice", "run", "--native", "--host", "simulated-mps"]
+    beside = _run([*command, str(script)], repo, env)
     said = f"{output}\nstdout:\n{beside.stdout}\nstderr:\n{beside.stderr}"
     assert beside.returncode == 0, said
-    assert beside.stdout.splitlines()[-1] == "accelerator: simgpu", said
+    assert beside.stderr.splitlines()[0] == (
+        "torchdevice: off (--native), running natively, beside simulated-mps (device type "
+        "'simgpu', as torch.accelerator reports it)"
+    ), said
+    assert "torchdevice migration report" not in beside.stderr, said
     assert _same(_result(beside.stdout), want), (want, said)
+    # The same through a registration of the device by hand, and where torch.accelerator
+    # says the run was.
+    by_hand = _run([*python, "-c", ON_SIMULATED, str(script)], repo, env)
+    said = f"{output}\nstdout:\n{by_hand.stdout}\nstderr:\n{by_hand.stderr}"
+    assert by_hand.returncode == 0, said
+    assert by_hand.stdout.splitlines()[-1] == "accelerator: simgpu", said
+    assert _same(_result(by_hand.stdout), want), (want, said)

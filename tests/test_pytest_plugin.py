@@ -370,7 +370,7 @@ def test_a_bad_activation_variable_does_not_stop_a_run_without_the_option(
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("TORCHDEVICE_LOG_LEVEL", "LOUD", "Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
+        ("TORCHDEVICE_LOG_LEVEL", "LOUD", "expected 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
         ("TORCHDEVICE_HOST", "tpu", "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"),
         ("TORCHDEVICE_KEEP_CPU", "maybe", BOOL_EXPECTED),
     ],
@@ -559,3 +559,77 @@ def test_an_unknown_tier_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--torchdevice-intercept", "modes")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--torchdevice-intercept: invalid choice: 'modes'*"])
+
+
+GATED = """
+import torch
+
+
+def test_one():
+    for _ in range(3):
+        assert torch.ones(2, device="cuda").sum().item() == 2
+
+
+def test_two():
+    torch.cuda.synchronize()
+"""
+
+
+@cpu_host_only
+def test_the_gate_fails_a_passing_run_that_redirected_more_lines_than_allowed(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_gated=GATED)
+    option = "--torchdevice-max-redirected-lines"
+
+    failed = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"{option}=1")
+    passed = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"{option}=2")
+    alone = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_gated.py", option)
+
+    failed.assert_outcomes(passed=2)  # the tests pass; the run fails (as pytest-cov's gate)
+    assert failed.ret == pytest.ExitCode.TESTS_FAILED
+    failed.stdout.fnmatch_lines(
+        [
+            "torchdevice: 4 redirected call(s) at 2 call site(s); *",
+            "torchdevice: 2 line(s) of your code were redirected, more than the 1 allowed "
+            f"({option} 1):",
+            "  test_gated.py:6: torch.ones(cuda) -> cpu:0",
+            "  test_gated.py:10: torch.cuda.synchronize(cuda) -> cpu:0",
+        ]
+    )
+    assert passed.ret == pytest.ExitCode.OK
+    assert "line(s) of your code were redirected" not in passed.stdout.str()
+    assert alone.ret == pytest.ExitCode.TESTS_FAILED  # given alone: 0 lines allowed, and
+    alone.stdout.fnmatch_lines([f"*more than the 0 allowed ({option} 0):"])  # it redirects
+
+
+def test_the_gate_before_a_test_path_says_how_to_write_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_gated=GATED)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--torchdevice-max-redirected-lines", "test_gated.py"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*argument --torchdevice-max-redirected-lines: expected a number of lines, not "
+            "'test_gated.py': write --torchdevice-max-redirected-lines=0 (or =N), or put it "
+            "after the test paths"
+        ]
+    )
+
+
+@cpu_host_only
+def test_the_gates_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_gated=GATED)
+    pytester.makeini("[pytest]\ntorchdevice_max_redirected_lines = 1\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*more than the 1 allowed (--torchdevice-max-redirected-lines 1):"]
+    )
+    pytester.makeini("[pytest]\ntorchdevice_max_redirected_lines = some\n")
+    bad = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(
+        ["ERROR: torchdevice_max_redirected_lines = 'some': expected a number of lines, 0 or more"]
+    )

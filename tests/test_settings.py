@@ -110,6 +110,26 @@ def test_invalid_environment_value_names_the_variable():
     assert "argument" not in message
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"intercept": "bogus"}, "expected 'mode' or 'entry-points'"),
+        ({"log_level": "LOUD"}, "expected 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
+        ({"written_for": "tpu"}, "expected 'cuda' or 'mps'"),
+        ({"keep_cpu": [1]}, "expected a boolean"),
+        ({"report_path": 3}, "expected a path"),
+        ({"host": "tpu"}, "expected 'cpu', 'mps', 'cuda' or 'simulated-mps'"),
+    ],
+)
+def test_every_invalid_value_says_what_is_expected_in_one_voice(given, said):
+    """pydantic's own words ("Input should be ...") never reach the user: every message
+    ends in what is expected, as the host's and the booleans' always did (issue 36)."""
+    ((name, value),) = given.items()
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings(given, {})
+    assert str(excinfo.value) == f"invalid {name}={value!r} passed as an argument: {said}"
+
+
 def test_invalid_environment_bool_names_the_variable():
     with pytest.raises(SettingsError) as excinfo:
         load_settings({}, {"TORCHDEVICE_KEEP_CPU": "maybe"})
@@ -439,7 +459,7 @@ def test_an_invalid_written_for_names_its_source_and_the_choices():
         load_settings({}, {"TORCHDEVICE_WRITTEN_FOR": "rocm"})
     message = str(excinfo.value)
     assert message.startswith("invalid TORCHDEVICE_WRITTEN_FOR='rocm' from the environment: ")
-    assert message.endswith("Input should be 'cuda' or 'mps'"), message
+    assert message.endswith("expected 'cuda' or 'mps'"), message
 
 
 def test_host_choices_are_the_kinds_and_the_declared_backends():

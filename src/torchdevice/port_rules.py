@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -47,16 +48,20 @@ from torchdevice.rewrites import (
 )
 
 __all__ = [
+    "COMMENT_WIDTH",
+    "CONTINUED",
     "MARK",
     "STATIC_REASON",
     "PortEntry",
     "advise",
+    "comment_lines",
     "dotted",
     "is_device_literal",
     "keyword_of",
     "minimum_torch",
     "port_source",
     "ported_call",
+    "unwrapped",
 ]
 
 #: Prefix of every comment the port writes.
@@ -74,6 +79,8 @@ _DEVICE_NAMES = ("device", "target_device", "torch_device")
 _DEVICE_LITERAL = re.compile(r"(cuda|mps|xpu)(:\d+)?")
 
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+#: The modules a removed guard may have been the only user of (for its exit).
+_EXIT_MODULES = frozenset({"sys", "os"})
 
 #: Calls that ask whether an accelerator is there: the tests of a device choice and of a
 #: guard. ``is_built`` asks about the build; PyTorch's own MPS check nests it in the guard.
@@ -104,6 +111,36 @@ class PortEntry(Protocol):
     def reason(self) -> str: ...
     @property
     def positions(self) -> tuple[Position, ...]: ...
+
+
+#: The widest line a comment of the port's takes, indentation included (black's 88 would
+#: split most of them; 100 is this project's own width).
+COMMENT_WIDTH = 100
+#: How a comment's continuation lines start, after the indentation.
+CONTINUED = "#   "
+
+
+def comment_lines(indent: str, text: str, width: int = COMMENT_WIDTH) -> str:
+    """``text`` as ``# torchdevice port:`` comment lines at ``indent``, each at most
+    ``width`` characters where its words allow (a long code span stays whole), the ones
+    after the first starting with :data:`CONTINUED`; ends with a newline."""
+    return (
+        textwrap.fill(
+            text,
+            width=width,
+            initial_indent=f"{indent}{MARK} ",
+            subsequent_indent=f"{indent}{CONTINUED}",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        + "\n"
+    )
+
+
+def unwrapped(text: str) -> str:
+    """``text`` with each comment's continuation lines joined back to its first line, so
+    that a comment reads as the one line :func:`comment_lines` was given."""
+    return re.sub(rf"\n[ \t]*{re.escape(CONTINUED)}", " ", text)
 
 
 def _is_message(name: str) -> bool:
@@ -176,6 +213,41 @@ def _is_check(node: ast.AST) -> bool:
     return _asks_available(node) or (
         isinstance(node, ast.Call) and dotted(node.func) in _BUILT and not node.args
     )
+
+
+def _says(statement: ast.stmt) -> bool:
+    """A message, or a check whose branches only hold messages: it tells the user why."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return _is_message(dotted(statement.value.func))
+    return (
+        isinstance(statement, ast.If)
+        and _is_check(statement.test)
+        and all(_says(inner) for inner in (*statement.body, *statement.orelse))
+    )
+
+
+def _kept_branch(check: ast.If) -> list[ast.stmt] | None:
+    """The work of an availability check whose other branch only says why (PyTorch's own
+    MPS page: ``if not torch.backends.mps.is_available():`` its nested ``is_built()``
+    messages, ``else:`` the work; or ``if ...is_available(): work else: message``): the
+    branch a ported file keeps, which runs on the device or the CPU. ``None`` for any
+    other ``if``, and for one written on a single line."""
+    test = check.test
+    if not check.orelse:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        if not _asks_available(test.operand):
+            return None
+        says, work = check.body, check.orelse
+    elif _asks_available(test):
+        work, says = check.body, check.orelse
+    else:
+        return None
+    if check.body[0].lineno == check.lineno or not all(_says(s) for s in says):
+        return None
+    if len(work) == 1 and isinstance(work[0], ast.If) and work is check.orelse:
+        return None  # an elif chain: not the check's form
+    return None if all(_says(s) for s in work) else work
 
 
 def _accelerator_literal(node: ast.AST) -> bool:
@@ -406,9 +478,16 @@ class _Source:
                 names = [(node.asname or node.name).split(".")[0]]
             for name in names:
                 bound.setdefault(name, []).append(node)
+        # The module's statements, with the work of a module-level availability check
+        # that only says why in its other branch: the port keeps it at module level.
+        module_level = [
+            statement
+            for top in self.tree.body
+            for statement in ((_kept_branch(top) or [top]) if isinstance(top, ast.If) else [top])
+        ]
         own = [
             statement.targets[0].id
-            for statement in self.tree.body
+            for statement in module_level
             if isinstance(statement, ast.Assign)
             and isinstance(statement.targets[0], ast.Name)
             and self._binds_a_device(statement)
@@ -441,6 +520,14 @@ class _Porter:
         self.uses_device = False
         self.helpers: set[str] = set()
         self.module_binding: ast.AST | None = None
+        #: Lines made less indented by :meth:`unwrap_check`, by how many characters.
+        self.dedent: dict[int, int] = {}
+        #: What the port removed (statements, a check's test and its other branch): an
+        #: import only they used goes too (:meth:`_imports_left_unused`).
+        self.removed_nodes: list[ast.AST] = []
+        #: Why a rewrite that fixed its line wrote what it wrote (``str(device)`` for a
+        #: device name): said in the report's advice, not left as a comment on the line.
+        self.explained: list[str] = []
         self.var = source.var
         self.aliases = {
             choice.target for choice in source.choices if choice.target not in (None, self.var)
@@ -484,7 +571,8 @@ class _Porter:
             getattr(parent, name, None) == [statement]
             for name in ("body", "orelse", "finalbody", "handlers")
         )
-        indent = self.src.indent(first)
+        indent = self.indent(first)
+        self.removed_nodes.append(statement)
         if why and why not in self.removed:
             self.removed.append(why)
         if not alone:
@@ -492,7 +580,7 @@ class _Porter:
             if why:
                 self.note(statement, why)
             return
-        text = f"{indent}{MARK} {why}\n" if why else ""
+        text = comment_lines(indent, why) if why else ""
         text += f"{indent}pass\n" if sole else ""
         self.edits.append(_Edit(self.src.line_start(first), self.src.line_start(last + 1), text))
 
@@ -806,8 +894,8 @@ class _Porter:
         if form == "keep":
             self.note(call, f"{api}(): {rewrite.why}")
             return
-        if rewrite.comment:
-            self.note(call, rewrite.why)
+        if rewrite.comment:  # the rewrite fixes the line: the why is the advice's alone
+            self.explained.append(" ".join(rewrite.why.split()))
         if form == "expression":
             self.replace(call, rewrite.code(self._arguments(call), self.device()))
             return
@@ -825,7 +913,7 @@ class _Porter:
             self.insert(self.src.start(call.args[0]), "(")
             self.insert(self.src.end(call.args[0]), f") if {GUARD} else None")
         elif form == "statement" and self._alone(call):
-            indent = self.src.indent(call.lineno)
+            indent = self.indent(call.lineno)
             self.insert(self.src.start(call), f"if {GUARD}:\n{indent}    ")
         elif form in ("guarded", "statement"):
             self.wrap(call, "(", f" if {GUARD} else {rewrite.neutral})")
@@ -986,6 +1074,13 @@ class _Porter:
             node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         ):
             node = self.src.parents[node]
+            if (
+                isinstance(node, ast.If)
+                and self.src.contains(node.test, call)
+                and _kept_branch(node) is not None
+            ):
+                self.unwrap_check(node)
+                return True
             if isinstance(node, ast.If) and self._exit_guard(node):
                 test = node.test.operand  # type: ignore[attr-defined]
                 what = "MPS" if "mps" in self.src.segment(test) else "CUDA"
@@ -996,6 +1091,79 @@ class _Porter:
                 self.remove_statement(node, why)
                 return True
         return False
+
+    def unwrap_check(self, check: ast.If) -> None:
+        """Keep the work of an availability check that only says why in its other branch
+        (:func:`_kept_branch`), one level less indented, and remove the rest: ported, the
+        work runs on the device, or on the CPU when there is none, where the check printed
+        "not built with MPS" and did nothing."""
+        kept = _kept_branch(check)
+        assert kept is not None
+        indent = self.src.indent(check.lineno)
+        delta = len(self.src.indent(kept[0].lineno)) - len(indent)
+        what = "MPS" if "mps" in self.src.segment(check.test) else "CUDA"
+        why = (
+            f"removed a check that only said why there is no {what}: its work runs on "
+            f"`{self.var}`, the CPU when there is no accelerator"
+        )
+        if why not in self.removed:
+            self.removed.append(why)
+        self.removed_nodes += [check.test, *(check.body if kept is check.orelse else check.orelse)]
+        header = comment_lines(indent, why)
+        last = check.end_lineno or check.lineno
+        if kept is check.orelse:
+            first = self._else_line(check, check.body[-1]) + 1
+            self.edits.append(
+                _Edit(self.src.line_start(check.lineno), self.src.line_start(first), header)
+            )
+        else:
+            first = (check.test.end_lineno or check.lineno) + 1
+            self.edits.append(
+                _Edit(self.src.line_start(check.lineno), self.src.line_start(first), header)
+            )
+            end_of_work = kept[-1].end_lineno or kept[-1].lineno
+            self.edits.append(
+                _Edit(
+                    self.src.line_start(end_of_work + 1),
+                    self.src.line_start((check.end_lineno or check.lineno) + 1),
+                    "",
+                )
+            )
+            last = end_of_work
+        in_strings = self._string_lines(check)
+        prefix = self.src.indent(kept[0].lineno)[len(indent) :].encode("utf-8")
+        for line in range(first, last + 1):
+            start = self.src.line_start(line)
+            if line in in_strings or self.src.data[start : start + delta] != prefix:
+                continue  # a line inside a string, or a blank one
+            self.edits.append(_Edit(start, start + delta, ""))
+            self.dedent[line] = delta
+
+    def _else_line(self, check: ast.If, before: ast.stmt) -> int:
+        """The line of ``check``'s ``else:`` (or ``elif``), after the statement ``before``."""
+        indent = self.src.indent(check.lineno)
+        line = (before.end_lineno or before.lineno) + 1
+        while line <= (check.end_lineno or check.lineno):
+            text = self.src.data[self.src.line_start(line) : self.src.line_starts[line]].decode()
+            if text.startswith(indent) and text[len(indent) :].startswith(("else", "elif")):
+                return line
+            line += 1
+        raise AssertionError("an if with an else has an else line")  # pragma: no cover
+
+    def _string_lines(self, node: ast.AST) -> set[int]:
+        """The lines inside ``node`` that continue a multi-line string (left as they are)."""
+        lines: set[int] = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, (ast.Constant, ast.JoinedStr)) and (
+                isinstance(inner, ast.JoinedStr) or isinstance(inner.value, str)
+            ):
+                end = inner.end_lineno or inner.lineno
+                lines.update(range(inner.lineno + 1, end + 1))
+        return lines
+
+    def indent(self, line: int) -> str:
+        """The indentation of ``line`` once ported (less where a check was unwrapped)."""
+        return self.src.indent(line)[self.dedent.get(line, 0) :]
 
     def _exit_guard(self, guard: ast.If) -> bool:
         """``if not <available>():`` with no ``else``, whose body says why and exits."""
@@ -1026,20 +1194,15 @@ class _Porter:
         )
 
     def _says(self, statement: ast.stmt) -> bool:
-        """A message, or a check whose branches only hold messages: it tells the user why."""
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-            return _is_message(dotted(statement.value.func))
-        return (
-            isinstance(statement, ast.If)
-            and _is_check(statement.test)
-            and all(self._says(inner) for inner in (*statement.body, *statement.orelse))
-        )
+        return _says(statement)
 
     # -- putting it together --------------------------------------------------------------
 
     def finish(self, *, preamble: bool = True) -> list[_Edit]:
         """The edits, without overlaps, with the device binding and the comments added
         (``preamble=False``: the call's own edits alone, for its advice)."""
+        if preamble:
+            self._imports_left_unused()
         edits = list(self.edits)
         if preamble:
             binding = self._preamble()
@@ -1047,8 +1210,8 @@ class _Porter:
                 edits.append(binding)
             for line, notes in self.notes.items():
                 offset = self.src.line_start(line)
-                indent = self.src.indent(line)
-                text = "".join(f"{indent}{MARK} {note}\n" for note in notes)
+                indent = self.indent(line)
+                text = "".join(comment_lines(indent, note) for note in notes)
                 edits.append(_Edit(offset, offset, text))
         accepted: list[_Edit] = []
         # By start; at one offset insertions first (in the order made), then the largest.
@@ -1096,12 +1259,66 @@ class _Porter:
         text = "".join(f"{line}\n" for line in needed)
         if binding:
             text += f"\n{self.var} = {DEVICE_EXPRESSION}\n"
-        if helpers:
-            text += "".join(f"\n\n{HELPERS[name]}" for name in helpers) + "\n\n"
+        first_line = 1 if last_import is None else (last_import.end_lineno or 0) + 1
+        if helpers:  # two blank lines after them, with those the file already has there
+            text += "".join(f"\n\n{HELPERS[name]}" for name in helpers)
+            text += "\n" * max(0, 2 - self._blank_lines_from(first_line))
         if last_import is None:
-            return _Edit(0, 0, text.lstrip("\n") + "\n")
-        after = self.src.line_start((last_import.end_lineno or last_import.lineno) + 1)
+            return _Edit(0, 0, text.lstrip("\n") + ("" if helpers else "\n"))
+        after = self.src.line_start(first_line)
         return _Edit(after, after, text)
+
+    def _imports_left_unused(self) -> None:
+        """Remove a module-level ``import sys`` (or ``import os``) that only the removed
+        statements used: the guard's ``sys.exit`` (``os._exit``). Other imports stay: the
+        ported code may use them again (``torch``), or import them for their effect."""
+        if not self.removed_nodes:
+            return
+        for statement in self.src.tree.body:
+            if not (
+                isinstance(statement, ast.Import)
+                and len(statement.names) == 1
+                and statement.names[0].asname is None
+                and statement.names[0].name in _EXIT_MODULES
+            ):
+                continue
+            name = statement.names[0].name
+            uses = [
+                node
+                for node in ast.walk(self.src.tree)
+                if isinstance(node, ast.Name) and node.id == name
+            ]
+            if uses and all(
+                any(self.src.contains(gone, use) for gone in self.removed_nodes) for use in uses
+            ):
+                self._remove_import(statement)
+
+    def _remove_import(self, statement: ast.stmt) -> None:
+        """Remove an import's line, and a blank line after it that would otherwise open
+        the file or double the one before it."""
+        first, last = statement.lineno, statement.end_lineno or statement.lineno
+        before = (
+            b""
+            if first == 1
+            else self.src.data[self.src.line_start(first - 1) : self.src.line_start(first)]
+        )
+        blank_after = self._blank_lines_from(last + 1) > 0
+        end = last + 2 if blank_after and (first == 1 or not before.strip()) else last + 1
+        if self.src.data[self.src.line_start(first) : self.src.start(statement)].strip():
+            self.remove_statement(statement, None)  # shares its line: the text alone
+            return
+        self.removed_nodes.append(statement)
+        self.edits.append(_Edit(self.src.line_start(first), self.src.line_start(end), ""))
+
+    def _blank_lines_from(self, line: int) -> int:
+        """How many blank lines the file has from ``line`` on."""
+        count = 0
+        while line + count < len(self.src.line_starts):
+            start = self.src.line_start(line + count)
+            if self.src.data[start : self.src.line_starts[line + count]].strip():
+                break
+            count += 1
+        return count
 
     def outcome(self, call: ast.Call) -> tuple[str | None, tuple[str, ...]]:
         """What porting ``call`` did: the ported code of the call and of what the port
@@ -1110,7 +1327,11 @@ class _Porter:
         statement = self.src.statement(call)
         low, high = self.src.start(statement), self.src.end(statement)
         mine = [e for e in self.finish(preamble=False) if e.start <= high and e.end >= low]
-        notes = [*self.removed, *(n for line in sorted(self.notes) for n in self.notes[line])]
+        notes = [
+            *self.removed,
+            *(n for line in sorted(self.notes) for n in self.notes[line]),
+            *self.explained,
+        ]
         notes = list(dict.fromkeys(notes))
         if not mine:
             return None, tuple(notes)
@@ -1123,7 +1344,7 @@ class _Porter:
             cursor = max(cursor, edit.end)
         out += self.src.data[cursor:end]
         lines = [line.strip() for line in out.decode("utf-8").splitlines()]
-        code = " ".join(line for line in lines if line and not line.startswith(MARK))
+        code = " ".join(line for line in lines if line and not line.startswith("#"))
         return ("" if code == "pass" else code), tuple(notes)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
@@ -297,7 +298,20 @@ def _first_error(exc: ValueError) -> tuple[str, str]:
         raise exc
     error = errors()[0]
     name = str(error["loc"][0]) if error["loc"] else "?"
-    return name, str(error["msg"]).removeprefix("Value error, ")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    # pydantic's own words ("Input should be 'mode' or 'entry-points'") in the words of
+    # every other message here ("expected 'cpu', 'mps', ...").
+    for pattern, replacement in _PYDANTIC_WORDS:
+        message = pattern.sub(replacement, message)
+    return name, message
+
+
+#: pydantic's messages for a value of the wrong kind, and how this module says them.
+_PYDANTIC_WORDS = (
+    (re.compile(r"^Input should be a valid "), "expected a "),
+    (re.compile(r"^Input should be "), "expected "),
+    (re.compile(r"^Input is not a valid path.*"), "expected a path"),
+)
 
 
 def choices(name: str) -> Sequence[str] | None:

@@ -2,12 +2,13 @@
 
 Installed as ``sys.modules["torch.cuda"]`` and ``torch.cuda`` (with its submodules
 ``torch.cuda.random``, ``.memory``, ``.streams``, ``.nvtx``, ``.profiler``, ``.graphs``,
-``.jiterator``, ``.nccl``, ``.comm``, ``._utils``) on every host that is not a CUDA host,
-and ``torch.get_device_module`` beside it. It is assembled here from the answers of its
-sibling modules (:mod:`~torchdevice.facade.devices`, ``memory``, ``streams``, ``nvtx``,
-``legacy_types``, ``device_only``); every other name is looked up on the real module.
-The other direction, ``torch.mps``, is :mod:`~torchdevice.facade.mps`; the package's
-:func:`~torchdevice.facade.install` puts in place whichever the host needs.
+``.tunable``, ``.jiterator``, ``.nccl``, ``.comm``, ``._utils``) on every host that is not
+a CUDA host, and ``torch.get_device_module`` beside it. It is assembled here from the
+answers of its sibling modules (:mod:`~torchdevice.facade.devices`, ``memory``,
+``streams``, ``nvtx``, ``tunable``, ``legacy_types``, ``device_only``); every other name
+is looked up on the real module. The other direction, ``torch.mps``, is
+:mod:`~torchdevice.facade.mps`; the package's :func:`~torchdevice.facade.install` puts in
+place whichever the host needs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torchdevice.facade import (
     nvtx,
     real_device,
     streams,
+    tunable,
 )
 from torchdevice.facade.call_counts import reported_namespace
 from torchdevice.facade.modules import FacadeModule
@@ -144,6 +146,9 @@ def build_cuda_facade() -> tuple[FacadeModule, dict[str, FacadeModule]]:
             _pick(nvtx, ("start", "stop", "profile")),
         ),
         "graphs": FacadeModule("torch.cuda.graphs", real_sub.get("graphs"), graphs),
+        "tunable": FacadeModule(
+            "torch.cuda.tunable", real_sub.get("tunable"), _pick(tunable, tuple(tunable.__all__))
+        ),
         "jiterator": FacadeModule(
             "torch.cuda.jiterator",
             real_sub.get("jiterator"),
@@ -197,6 +202,7 @@ SUBMODULES = (
     "nvtx",
     "profiler",
     "graphs",
+    "tunable",
     "jiterator",
     "nccl",
     "comm",

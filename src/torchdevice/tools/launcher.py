@@ -6,6 +6,12 @@ The migration report is printed to stderr (or written to a file) when it ends, w
 way it ends; it includes the reports of the child processes of the run that have ended
 (:mod:`torchdevice.reporting.parts`). A launcher started by another redirected process
 leaves the reporting to that process.
+
+With a gate (``--max-redirected-lines N``, :mod:`torchdevice.tools.gate`), the run ends
+with status :data:`GATE_STATUS` when the whole run's report holds more than ``N`` of the
+user's lines, and the script itself succeeded. A native run (``--native``) switches
+nothing on: the script runs as ``python SCRIPT`` would, beside the accelerator the host
+setting started (the simulated MPS device, for its ``--host`` choice).
 """
 
 from __future__ import annotations
@@ -28,8 +34,14 @@ from typing import Any
 from torchdevice import activation, announce, logs, program
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
+from torchdevice.tools import gate as ci_gate
 
-__all__ = ["LaunchError", "run_module", "run_script"]
+__all__ = ["GATE_STATUS", "LaunchError", "gate_report", "run_module", "run_script", "script_status"]
+
+#: The exit status of a run that succeeded but redirected more lines than the gate allows.
+GATE_STATUS = ci_gate.STATUS
+#: What the script's own exit status was (``None``: it has not ended, or was interrupted).
+_script_status: int | None = None
 
 
 @contextmanager
@@ -114,24 +126,67 @@ def _run(
     exception goes to ``sys.excepthook`` with the script's own frames only and ends the
     process with status 1, as the interpreter does; ``SystemExit`` passes through
     untouched, and so does ``KeyboardInterrupt``, printed with the script's frames only.
+    ``quiet`` (``--no-report``) leaves out the report, not the line that says
+    torchdevice is on.
     """
     _enable(options, read_program)
     # The launcher's report (or, quiet, none), whatever the script's activations ask; the
     # one exit handler of torchdevice.reporting.file delivers it.
     report_file.take(None if quiet else report_path, activation.report, speak=not quiet)
-    if not quiet and report_parts.role() != "writer":  # started by a redirected run: silent
+    if report_parts.role() != "writer":  # started by a redirected run: silent
         print(announce.start_line(), file=sys.stderr, flush=True)
+    _run_as_main(target, argv, path0)
+
+
+def _run_as_main(target: Any, argv: list[str], path0: str) -> None:
+    """Run ``target`` with the script's ``argv`` and ``sys.path[0]``, and end as a direct
+    run ends (see :func:`_run`); note its exit status for the gate."""
+    global _script_status
     try:
         with _argv(argv, path0):
             target()
+    except SystemExit as exc:
+        _script_status = _status_of(exc.code)
+        raise
     except Exception as exc:  # reported below exactly as Python would
         # Also set on the exception: 3.11+ print ``exc.__traceback__``, not the argument.
         tb = _script_traceback(exc.__traceback__)
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        _script_status = 1
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         _show_script_frames_only()
         raise
+    _script_status = 0
+
+
+def _status_of(code: object) -> int:
+    """The exit status ``SystemExit(code)`` gives, as the interpreter reads it."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def script_status() -> int | None:
+    """The script's exit status once it has ended (``None``: not yet, or interrupted)."""
+    return _script_status
+
+
+def gate_report() -> Any:
+    """The whole run's report for the CI gate, or ``None`` in a launcher that a redirected
+    run started (that run judges)."""
+    return None if report_parts.role() == "writer" else activation.report()
+
+
+def _run_native(target: Any, argv: list[str], path0: str, beside: str | None) -> None:
+    """Run ``target`` as ``python SCRIPT`` would, torchdevice off in this process and in
+    the processes it starts, beside the accelerator ``beside`` describes (if any), which
+    the host setting started."""
+    for variable in ("ACTIVATE_TORCH_DEVICE", "TORCH_ALLOW_REDIRECTS"):
+        os.environ.pop(variable, None)  # nothing the script starts is redirected either
+    said = f", beside {beside}" if beside else ""
+    print(f"torchdevice: off (--native), running natively{said}", file=sys.stderr, flush=True)
+    _run_as_main(target, argv, path0)
 
 
 def _enable(options: dict[str, Any], read_program: Callable[[], program.Reading]) -> None:
@@ -173,8 +228,15 @@ def run_script(
     options: dict[str, Any] | None = None,
     report_path: Path | None = None,
     quiet: bool = False,
+    native: bool = False,
+    beside: str | None = None,
 ) -> None:
     """Run ``script`` as ``__main__`` with ``args``, redirected; report at the end.
+
+    The CI gate is registered by the caller, before torch's import
+    (:func:`torchdevice.tools.gate.fail_at_exit`, with :func:`gate_report` and
+    :func:`script_status`). ``native``: run it without torchdevice (``beside``: the
+    accelerator it runs beside, as the start line names it).
 
     As a direct run: ``sys.argv[0]`` is the path as given, ``__file__`` is absolute, and
     ``sys.path[0]`` is the script's directory with symlinks resolved.
@@ -192,6 +254,9 @@ def run_script(
         if path.is_file() and path.suffix != ".zip"
         else (lambda: runpy.run_path(absolute, run_name="__main__"))  # dir or zip app
     )
+    if native:
+        _run_native(target, argv, path0, beside)
+        return
     _run(
         target,
         argv,
@@ -210,21 +275,31 @@ def run_module(
     options: dict[str, Any] | None = None,
     report_path: Path | None = None,
     quiet: bool = False,
+    native: bool = False,
+    beside: str | None = None,
 ) -> None:
-    """Run ``python -m module args`` redirected; report at the end.
+    """Run ``python -m module args`` redirected; report at the end (``native``,
+    ``beside``: as :func:`run_script`).
 
     A module that cannot be found raises :class:`LaunchError` before anything runs (and
     nothing is reported). It is looked up once redirection is on: finding ``pkg.mod``
     imports ``pkg``, whose code must run redirected as the module's does.
     """
     read_program = functools.partial(program.of_module, module)
+    target = functools.partial(runpy.run_module, module, run_name="__main__", alter_sys=True)
+    argv = [module, *args]  # runpy replaces argv[0] with the module's file
+    if native:
+        problem = _module_problem(module)
+        if problem is not None:
+            raise LaunchError(problem)
+        _run_native(target, argv, os.getcwd(), beside)
+        return
     _enable(options or {}, read_program)
     problem = _module_problem(module)
     if problem is not None:
         raise LaunchError(problem)
-    argv = [module, *args]  # runpy replaces argv[0] with the module's file
     _run(
-        lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
+        target,
         argv,
         os.getcwd(),
         options or {},

@@ -17,10 +17,13 @@ def split_leading(
     takes_value: Collection[str],
     is_flag: Callable[[str], bool],
     last: Collection[str] = (),
+    takes_number: Collection[str] = (),
 ) -> tuple[list[str], list[str]]:
     """``(ours, theirs)``: leading options of ours, then everything else.
 
-    ``takes_value`` options consume the next argument; ``is_flag`` says which other
+    ``takes_value`` options consume the next argument; ``takes_number`` options consume it
+    only when it is a whole number (``--max-redirected-lines [N]``: alone, it means 0, and
+    the script's name that follows is not its value); ``is_flag`` says which other
     arguments are ours; an option in ``last`` ends ours after its value (``-m MODULE``).
     A ``--`` ends ours and is dropped.
     """
@@ -35,6 +38,9 @@ def split_leading(
             i += 2
             if arg in last:
                 break
+        elif arg in takes_number and i + 1 < len(argv) and argv[i + 1].isdigit():
+            ours += argv[i : i + 2]
+            i += 2
         elif is_flag(arg):
             ours.append(arg)
             i += 1

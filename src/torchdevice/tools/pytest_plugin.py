@@ -29,7 +29,14 @@ marker ``@pytest.mark.torchdevice_native``
     a test (or its setup) that raises :class:`~torchdevice.errors.UnsupportedFeatureError`
     (a CUDA-only feature such as CUDA graphs, on a host that cannot run it) is reported as
     skipped, with the feature in the reason, instead of failed.
-ini keys ``torchdevice``, ``torchdevice_report``, ``torchdevice_skip_unsupported``
+``--torchdevice-max-redirected-lines [N]``
+    the CI gate (:mod:`torchdevice.tools.gate`; implies ``--torchdevice``, so that a
+    gate never passes for want of a redirected run): a run whose migration report (xdist
+    workers included) holds more than ``N`` lines of the user's code to change fails
+    (exit status 1, as a failed test, with the lines listed in the summary); ``N`` is 0
+    when the option is given alone.
+ini keys ``torchdevice``, ``torchdevice_report``, ``torchdevice_skip_unsupported``,
+``torchdevice_max_redirected_lines``
     the options, set in the project's configuration (``[tool.pytest.ini_options]``,
     ``pytest.ini``...); the command line wins over them.
 
@@ -52,6 +59,7 @@ registered only when xdist is there.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from collections import Counter
@@ -70,6 +78,7 @@ from torchdevice.reporting import MigrationReport, merge
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 from torchdevice.settings import Intercept
+from torchdevice.tools import gate as ci_gate
 from torchdevice.tools.outputs import unwritable
 
 if TYPE_CHECKING:
@@ -133,6 +142,8 @@ class _State:
     written: MigrationReport | None = None
     #: Where it was written (``None``: not to a file, or the file could not be written).
     written_to: str | None = None
+    #: The CI gate's lines when the run redirected more of the user's lines than allowed.
+    gate_failed: tuple[str, ...] = ()
 
 
 _STATE = pytest.StashKey[_State]()
@@ -189,8 +200,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "process of the run (TORCHDEVICE_INTERCEPT): mode (a function mode sees every torch "
         "call) or entry-points (wrappers on the functions that take a device; docs/tiers.md)",
     )
+    group.addoption(
+        f"--torchdevice-{ci_gate.FLAG.removeprefix('--')}",
+        type=_line_count,
+        nargs="?",
+        const=0,
+        default=None,
+        metavar="N",
+        dest="torchdevice_max_lines",
+        help="the CI gate: fail the run (exit status 1), listing them, when it redirected "
+        "more than N lines of your code (N is 0 when the option is given alone)",
+    )
     parser.addini(
         "torchdevice", "redirect the whole run (as --torchdevice)", type="bool", default=False
+    )
+    parser.addini(
+        "torchdevice_max_redirected_lines",
+        "as --torchdevice-max-redirected-lines N",
+        default=None,
     )
     parser.addini(
         "torchdevice_report",
@@ -206,12 +233,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _asked(config: pytest.Config) -> bool:
-    """``--torchdevice``, ``--torchdevice-host``, ``--torchdevice-intercept`` or
+    """``--torchdevice``, ``--torchdevice-host``, ``--torchdevice-intercept``, the gate, or
     ``torchdevice = true`` in the configuration."""
     return bool(
         config.getoption("torchdevice_enabled")
         or config.getoption("torchdevice_host")
         or config.getoption("torchdevice_intercept")
+        or _max_lines(config) is not None
         or config.getini("torchdevice")
     )
 
@@ -281,6 +309,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         known.torchdevice_enabled
         or known.torchdevice_host
         or known.torchdevice_intercept
+        or known.torchdevice_max_lines is not None
+        or _max_lines(early_config) is not None  # the ini key (a bad one stops here)
         or early_config.getini("torchdevice")
     )
     _check_report_path(early_config)
@@ -380,7 +410,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
         start = item.stash.get(_START, None)
         if start is not None:
             delta = _counts() - start
-            redirects = delta["redirect"] + delta["override"] + delta["dtype"]
+            # A torch.cuda call the facade answered is a line written for CUDA too.
+            redirects = delta["redirect"] + delta["override"] + delta["dtype"] + delta["device-api"]
             item.user_properties.append(("torchdevice_redirects", redirects))
             item.user_properties.append(("torchdevice_fallbacks", delta["fallback"]))
         if item.stash.get(_RESUME, False):
@@ -423,6 +454,42 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if path is not None and report_file.deliver(merged, Path(path)):
         state.written_to = path  # else it was printed, after the line that says why
     state.written = merged
+    limit = _max_lines(config)
+    if limit is not None:
+        option = f"--torchdevice-{ci_gate.FLAG.removeprefix('--')}"
+        state.gate_failed = tuple(ci_gate.verdict(merged, limit, option))
+        if state.gate_failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # as pytest-cov's fail-under
+
+
+def _line_count(value: str) -> int:
+    """The gate's ``N``. pytest's parser takes the word after an option with an optional
+    value as its value: a test path there gets a message that says how to write it."""
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected a number of lines, not {value!r}: write "
+            "--torchdevice-max-redirected-lines=0 (or =N), or put it after the test paths"
+        )
+    return int(value)
+
+
+def _max_lines(config: pytest.Config) -> int | None:
+    """The gate's limit: the option, else the ini key (a usage error when not a number)."""
+    given = config.getoption("torchdevice_max_lines")
+    if given is None:
+        raw = config.getini("torchdevice_max_redirected_lines")
+        if not raw:
+            return None
+        if not str(raw).strip().isdigit():
+            raise pytest.UsageError(
+                f"torchdevice_max_redirected_lines = {raw!r}: expected a number of lines, 0 or more"
+            )
+        given = int(str(raw).strip())
+    if given < 0:
+        raise pytest.UsageError(
+            f"--torchdevice-max-redirected-lines {given}: expected a number of lines, 0 or more"
+        )
+    return int(given)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -442,6 +509,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         f"torchdevice: {report.total} redirected call(s) at {len(report.entries)} call "
         f"site(s); {where}"
     )
+    for line in state.gate_failed:
+        terminalreporter.write_line(line, red=True, bold=line == state.gate_failed[0])
 
 
 class _SkipUnsupported:

@@ -23,7 +23,7 @@ from torchdevice.policy import decide
 from torchdevice.settings import ENV_VARS, FIELDS, load_settings
 from torchdevice.tools.cli.summaries import COMMANDS
 
-__all__ = ["TIERS", "effective_settings", "info_dict", "main", "policy_table", "render"]
+__all__ = ["TIERS", "effective_settings", "info_dict", "main", "policy_table", "render", "table"]
 
 #: The requests the policy table shows, one row each.
 _REQUESTS: tuple[object, ...] = (None, "cpu", "cpu:-1", "mps", "cuda", "cuda:1", 0)
@@ -112,18 +112,22 @@ def render(info: Mapping[str, Any]) -> str:
         f"{', '.join(host['device_names'])})",
         "",
         "policy on this host:",
-        f"  {'request':<10} {'device':<8} {'action':<10} reason",
     ]
+    policy = [["request", "device", "action", "reason"]]
     for row in info["policy"]:
         label = "none" if row["request"] is None else repr(row["request"])
         if "error" in row:
-            lines.append(f"  {label:<10} {'error':<8} {'':<10} {row['error']}")
+            policy.append([label, "error", "", row["error"]])
         else:
-            lines.append(f"  {label:<10} {row['device']:<8} {row['action']:<10} {row['reason']}")
+            policy.append([label, row["device"], row["action"], row["reason"]])
+    lines += table(policy)
     lines += ["", "settings (argument > environment > default; see docs/getting-started.md):"]
-    for row in info["settings"]:
-        value = "unset" if row["value"] is None else row["value"]
-        lines.append(f"  {row['name']:<15} {value!s:<8} {row['source']}")
+    lines += table(
+        [
+            [row["name"], str("unset" if row["value"] is None else row["value"]), row["source"]]
+            for row in info["settings"]
+        ]
+    )
     lines.append(
         f"  enabled at import: {'yes' if info['enabled_at_import'] else 'no'} "
         "(ACTIVATE_TORCH_DEVICE, TORCH_ALLOW_REDIRECTS)"
@@ -131,6 +135,28 @@ def render(info: Mapping[str, Any]) -> str:
     intercept = next(row["value"] for row in info["settings"] if row["name"] == "intercept")
     lines.append(f"  tier: {intercept}: {TIERS[intercept]} (docs/tiers.md)")
     return "\n".join(lines)
+
+
+def table(rows: list[list[str]], cap: int = 24) -> list[str]:
+    """``rows`` as aligned columns, indented by two: each column as wide as its widest cell
+    of at most ``cap`` characters; a longer cell (a report path) keeps its line, and the
+    rest of its row continues on the next line, in its columns, so that the columns stay
+    straight (the last column is never padded)."""
+    widths = [
+        max((len(row[i]) for row in rows if len(row[i]) <= cap), default=cap)
+        for i in range(len(rows[0]) - 1)
+    ]
+    lines: list[str] = []
+    for row in rows:
+        line = "  "
+        for width, cell in zip(widths, row[:-1], strict=False):
+            if len(cell) > width:
+                lines.append(line + cell)
+                line = " " * (len(line) + width + 1)
+            else:
+                line += f"{cell:<{width}} "
+        lines.append((line + row[-1]).rstrip())
+    return lines
 
 
 def main(argv: Sequence[str], prog: str) -> int:

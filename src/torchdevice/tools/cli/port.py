@@ -93,8 +93,10 @@ def main(argv: Sequence[str], prog: str) -> int:
         is_flag=lambda arg: arg.startswith("-") and arg != "-",
     )
     ns = parser.parse_args(ours)
-    if (ns.report is None) == (not rest):
+    if ns.report is not None and rest:
         parser.error("give either --report REPORT.json or a SCRIPT to run, not both")
+    if ns.report is None and not rest:
+        parser.error("give --report REPORT.json (a JSON migration report) or a SCRIPT to run")
     problem = None if ns.output is None else unwritable(ns.output)
     if problem:  # found now, not after the script ran
         parser.exit(2, f"{prog}: error: cannot write the patch to {ns.output}: {problem}\n")

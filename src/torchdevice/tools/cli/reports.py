@@ -29,11 +29,30 @@ def read_reports(paths: Sequence[Path], parser: argparse.ArgumentParser, prog: s
     reports = []
     for path in paths:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
         except (OSError, ValueError) as exc:
             parser.exit(2, f"{prog}: error: cannot read the report {str(path)!r}: {exc}\n")
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            why = _not_json(text, exc)
+            parser.exit(2, f"{prog}: error: cannot read the report {str(path)!r}: {why}\n")
         reports.append(_read_report(raw, path, parser, prog))
     return reports[0] if len(reports) == 1 else merge(reports)
+
+
+def _not_json(text: str, error: ValueError) -> str:
+    """Why a report that is not JSON cannot be read: the text report, most often."""
+    if text.lstrip().startswith(("{", "[")):
+        return f"it is not valid JSON ({error})"
+    if text.startswith("torchdevice migration report"):
+        why = "it is the text report, which is for people"
+    else:
+        why = "it is not JSON"
+    return (
+        f"{why}; the tools read the JSON report, which `torchdevice run --report "
+        "report.json SCRIPT` writes (a path ending in .json)"
+    )
 
 
 def _read_report(raw: Any, path: Path, parser: argparse.ArgumentParser, prog: str) -> Any:

@@ -2,7 +2,7 @@
 
 ::
 
-    torchdevice compare [--output DIR] [--quiet] [--] [PYTEST ARGS...]
+    torchdevice compare [--output DIR] [--quiet] [--max-redirected-lines [N]] [--] [PYTEST ARGS...]
 
 Runs ``python -m pytest PYTEST ARGS`` twice, one after the other, in child processes: once
 natively (``ACTIVATE_TORCH_DEVICE``/``TORCH_ALLOW_REDIRECTS`` removed from the environment),
@@ -40,7 +40,13 @@ the run) and exits with status 130.
 
 Exit status: 0, or 1 when there is a regression, or 2 for a usage error or when a run
 ended abnormally (pytest exit status 2-4: interrupted, internal error, usage error; see its
-``.log``), or 130 after Ctrl-C.
+``.log``), or 130 after Ctrl-C. With ``--max-redirected-lines [N]`` (the CI gate,
+:mod:`torchdevice.tools.gate`; 0 when given alone), a comparison that would exit 0 exits
+3 when the redirected run's migration report holds more than ``N`` of the user's lines,
+listed on stderr.
+
+The tests are listed in pytest's order of parametrizations: ``test[2]`` before
+``test[10]`` (numbers in node ids compare as numbers).
 """
 
 from __future__ import annotations

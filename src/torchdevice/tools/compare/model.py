@@ -6,6 +6,7 @@ Pure data: no pytest, no I/O; the runner fills it and the renderer reads it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -114,8 +115,9 @@ class Comparison:
     interrupted: str | None = None
 
     def rows(self) -> list[tuple[str, TestResult, TestResult, Category]]:
-        """Every node id seen in either run, sorted, with both results and the category."""
-        ids = sorted(set(self.native.tests) | set(self.redirected.tests))
+        """Every node id seen in either run, sorted (numbers as numbers: ``test[2]`` before
+        ``test[10]``, as pytest lists them), with both results and the category."""
+        ids = sorted(set(self.native.tests) | set(self.redirected.tests), key=_natural)
         rows = []
         for nodeid in ids:
             native = self.native.tests.get(nodeid, _ABSENT)
@@ -150,6 +152,15 @@ class Comparison:
                 for key, category in _LISTS.items()
             },
         }
+
+
+def _natural(nodeid: str) -> tuple[tuple[int, int | str], ...]:
+    """``nodeid``'s sort key: its runs of digits as numbers, the rest as text."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", nodeid)
+        if part
+    )
 
 
 def compare_runs(

@@ -20,7 +20,8 @@ import psutil
 
 from torchdevice.errors import SettingsError
 from torchdevice.host import HOST_CHOICES
-from torchdevice.tools.compare.model import RunResult, TestResult, compare_runs
+from torchdevice.tools import gate
+from torchdevice.tools.compare.model import Comparison, RunResult, TestResult, compare_runs
 from torchdevice.tools.compare.progress import Progress
 from torchdevice.tools.compare.render import rate, write
 from torchdevice.tools.compare_plugin import CHECK_VAR, ENV_VAR
@@ -264,6 +265,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "%(choices)s; default: $TORCHDEVICE_HOST, else the host this machine is",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        gate.FLAG,
+        dest="max_lines",
+        type=int,
+        nargs="?",
+        const=0,
+        metavar="N",
+        help="the CI gate: exit with status 3, listing them, when the redirected run "
+        "redirected more than N lines of your code (N is 0 when the option is given alone)",
+    )
     return parser
 
 
@@ -273,8 +284,10 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
         argv,
         takes_value={"--output", "--host"},
         is_flag=lambda arg: (
-            arg.startswith(("--output=", "--host=")) or arg in ("--quiet", "-h", "--help")
+            arg.startswith(("--output=", "--host=", f"{gate.FLAG}="))
+            or arg in ("--quiet", "-h", "--help", gate.FLAG)
         ),
+        takes_number={gate.FLAG},
     )
 
 
@@ -291,6 +304,8 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
     ours, pytest_args = _split(list(argv))
     parser = _parser(prog)
     ns = parser.parse_args(ours)
+    if ns.max_lines is not None and ns.max_lines < 0:
+        parser.error(f"argument {gate.FLAG}: expected a number of lines, 0 or more")
     output: Path = ns.output
     try:  # the redirected run would stop on it, after the native one ran in full
         load_settings({"host": ns.host} if ns.host else None)
@@ -340,8 +355,23 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
         )
         return 130
     comparison = compare_runs(native, redirected, pytest_args, _host(output))
+    regressions = _summarize(comparison, output)
+    if any(run.exit_code in (2, 3, 4) for run in (native, redirected)):
+        print(
+            f"a pytest run ended abnormally: see {output}/native.log and {output}/redirected.log",
+            file=sys.stderr,
+        )
+        return 2
+    status = 1 if regressions else 0
+    if ns.max_lines is not None and _gate_fails(output, ns.max_lines, prog):
+        status = status or gate.STATUS
+    return status
+
+
+def _summarize(comparison: Comparison, output: Path) -> list[str]:
+    """Write the reports and print the summary; the regressions."""
     json_path, md_path = write(comparison, output)
-    n, r = native.totals(), redirected.totals()
+    n, r = comparison.native.totals(), comparison.redirected.totals()
     print(
         f"native:     {n['passed']} passed, {n['failed']} failed, {n['error']} errors, "
         f"{n['skipped']} skipped; pass rate {rate(n['pass_rate'])}"
@@ -356,10 +386,21 @@ def main(argv: Sequence[str], prog: str = "torchdevice compare") -> int:
         f"{len(comparison.of('redirected_only'))} run only redirected"
     )
     print(f"wrote {json_path} and {md_path}")
-    if any(run.exit_code in (2, 3, 4) for run in (native, redirected)):
-        print(
-            f"a pytest run ended abnormally: see {output}/native.log and {output}/redirected.log",
-            file=sys.stderr,
-        )
-        return 2
-    return 1 if regressions else 0
+    return regressions
+
+
+def _gate_fails(output: Path, limit: int, prog: str) -> bool:
+    """Whether the redirected run's migration report holds more than ``limit`` of the
+    user's lines (they are listed on stderr); a report that is missing fails too."""
+    from torchdevice.reporting import MigrationReport  # noqa: PLC0415
+
+    path = output / "migration-report.json"
+    try:
+        report = MigrationReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"{prog}: the gate cannot read {path} ({exc}): failing", file=sys.stderr)
+        return True
+    lines = gate.verdict(report, limit)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return bool(lines)
