@@ -17,7 +17,8 @@ A notebook names no accelerator before its cells run, so on a CPU-only host the 
 stands for a CUDA machine (the ``written_for`` option, ``TORCHDEVICE_WRITTEN_FOR=mps``,
 says otherwise). The options are read from the environment, as for ``enable()``
 (``TORCHDEVICE_HOST`` naming the simulated MPS host in the kernel's environment, say).
-docs/notebooks.md says where the report goes and what a cell's own ``with torchdevice.redirect():`` does.
+docs/notebooks.md says where the report goes and what a cell's own
+``with torchdevice.redirect():`` does.
 """
 
 from __future__ import annotations
