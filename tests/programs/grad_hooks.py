@@ -1,8 +1,8 @@
 """Gradient hooks in a CUDA-first training loop, written the way training scripts log and
 rescale gradients: a tensor hook (``register_hook``) that moves each gradient ``.to(device)``
 and multiplies it by a mask made with ``device=device``, and one that copies it to the host
-(``.cpu()``) for logging. Autograd calls the hooks from inside ``backward()``, where PyTorch
-runs them with no torch function mode on the stack (found in the sweep, docs/sweep-sw3.md).
+(``.cpu()``) for logging. Autograd calls the hooks from inside ``backward()``, which a
+function mode handles with itself off the stack (found in the sweep, docs/sweep.md).
 
 Prints one JSON line: the losses, the logged gradient norms and where the hooks saw tensors.
 """
