@@ -8,9 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchdevice.tools.cli.reports import path_mappings, read_reports
+from torchdevice.tools.cli.reports import merged_reports
 from torchdevice.tools.cli.summaries import COMMANDS
-from torchdevice.tools.outputs import unwritable
 
 __all__ = ["main"]
 
@@ -50,15 +49,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str], prog: str) -> int:
     """Read, merge and relocate the reports; write the result (or print it as JSON)."""
-    from torchdevice.reporting import relocate  # noqa: PLC0415
 
     parser = _parser(prog)
     ns = parser.parse_args(list(argv))
-    problem = None if ns.output is None else unwritable(ns.output)
-    if problem:
-        parser.exit(2, f"{prog}: error: cannot write {str(ns.output)!r}: {problem}\n")
-    pairs = path_mappings(ns.paths, parser)
-    report = relocate(read_reports(ns.reports, parser, prog), pairs, ns.relative_to)
+    report = merged_reports(ns, parser, prog, ns.relative_to)
     if ns.output is None:
         sys.stdout.write(report.to_json() + "\n")
         return 0

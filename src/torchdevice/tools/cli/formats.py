@@ -10,9 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchdevice.tools.cli.reports import path_mappings, read_reports
+from torchdevice.tools.cli.reports import merged_reports
 from torchdevice.tools.cli.summaries import COMMANDS
-from torchdevice.tools.outputs import unwritable
 
 __all__ = ["FORMATS", "main"]
 
@@ -56,16 +55,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str], prog: str) -> int:
     """Read, merge and relocate the reports; print or write them in the format asked for."""
-    from torchdevice.reporting import relocate  # noqa: PLC0415
     from torchdevice.reporting.report import FORMATS_BY_SUFFIX  # noqa: PLC0415
 
     parser = _parser(prog)
     ns = parser.parse_args(list(argv))
-    problem = None if ns.output is None else unwritable(ns.output)
-    if problem:
-        parser.exit(2, f"{prog}: error: cannot write {str(ns.output)!r}: {problem}\n")
-    pairs = path_mappings(ns.paths, parser)
-    report = relocate(read_reports(ns.reports, parser, prog), pairs)
+    report = merged_reports(ns, parser, prog)
     form = ns.format
     if form is None:
         suffix = "" if ns.output is None else ns.output.suffix

@@ -66,3 +66,23 @@ def _read_report(raw: Any, path: Path, parser: argparse.ArgumentParser, prog: st
     except (ValueError, KeyError, TypeError) as exc:
         why = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         parser.exit(2, f"{prog}: error: cannot read the report {str(path)!r}: {why}\n")
+
+
+def merged_reports(
+    ns: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    prog: str,
+    relative_to: Path | None = None,
+) -> Any:
+    """The reports ``ns.reports`` names, merged and relocated (``ns.paths``,
+    ``relative_to``), once ``ns.output`` is known to be writable: what ``combine`` and
+    ``report`` both start from. A path that cannot be written is a usage error (status 2)
+    before any report is read."""
+    from torchdevice.reporting import relocate  # noqa: PLC0415
+    from torchdevice.tools.outputs import unwritable  # noqa: PLC0415
+
+    problem = None if ns.output is None else unwritable(ns.output)
+    if problem:
+        parser.exit(2, f"{prog}: error: cannot write {str(ns.output)!r}: {problem}\n")
+    pairs = path_mappings(ns.paths, parser)
+    return relocate(read_reports(ns.reports, parser, prog), pairs, relative_to)
