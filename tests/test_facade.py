@@ -559,6 +559,33 @@ def test_torch_accelerator_tells_the_facades_story():
     assert torch.accelerator.current_accelerator() is None
 
 
+def test_torch_event_follows_the_accelerator_story():
+    """Code ported by ``torchdevice port`` makes ``torch.Event(enable_timing=True)`` where
+    ``torch.accelerator.is_available()``: true under the redirect, so the event must work
+    there (natively this CPU build answers "cpu backend doesn't support events" at
+    ``record``). It is the facade's event on the real device, times real work, is counted
+    as nothing to port, and torch's own type comes back on disable."""
+    real = torch.Event
+    with pytest.raises(RuntimeError, match="cpu backend doesn't support events"):
+        real(enable_timing=True).record()
+    torchdevice.enable()
+    try:
+        assert torch.accelerator.is_available()
+        start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+        start.record()
+        torch.randn(256, 256) @ torch.randn(256, 256)
+        end.record()
+        end.synchronize()
+        assert isinstance(start, torch.Event)
+        assert start.elapsed_time(end) > 0.0
+        assert start.query()
+        assert type(torch.Event("cpu")) is real  # an explicit CPU event is torch's own
+        assert [row.api for row in torchdevice.report().entries if "Event" in row.api] == []
+    finally:
+        torchdevice.disable()
+    assert torch.Event is real
+
+
 def test_torch_accelerator_hidden_with_the_facades():
     torchdevice.enable(cuda_available=False)
     assert torch.accelerator.is_available() is False

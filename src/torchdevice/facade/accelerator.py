@@ -10,6 +10,13 @@ other facades: the accelerator is CUDA (MPS for a program written for MPS, see
 any device object (docs/policy.md); with the facades hidden (``cuda_available=False``)
 there is no accelerator, as natively.
 
+``torch.Event`` follows the same story: natively it is made for the current accelerator,
+and a CPU-only build answers "cpu backend doesn't support events", so code ported to
+``torch.Event`` behind ``torch.accelerator.is_available()`` (what ``torchdevice port``
+writes) would fail under the redirect that says an accelerator is there. While the facade
+is in, ``torch.Event()`` for the accelerator is the facade's event on the real device
+(:class:`AcceleratorEvent`); an explicit ``device="cpu"`` is torch's own, as natively.
+
 Only CPU-only hosts get it: on MPS and CUDA hosts (and the simulated accelerator) torch's
 answer is already the device requests land on.
 """
@@ -29,9 +36,11 @@ from torchdevice.compiling import is_compiling
 from torchdevice.facade import devices, memory, modules, mps, streams
 from torchdevice.facade.modules import FacadeModule
 
-__all__ = ["GROUP", "current_accelerator", "install", "is_available", "spots"]
+__all__ = ["GROUP", "AcceleratorEvent", "current_accelerator", "install", "is_available", "spots"]
 
 REAL_ACCELERATOR = torch.accelerator
+#: Torch's own ``torch.Event`` (a C type), put back on disable.
+REAL_EVENT = torch.Event
 
 #: The ledger group of the ``torch.accelerator`` facade.
 GROUP = "accelerator facade"
@@ -83,6 +92,30 @@ def synchronize(device: Any = None) -> None:
     streams.synchronize(device)
 
 
+class AcceleratorEvent(streams.Event):
+    """``torch.Event(device=None, *, enable_timing, blocking, interprocess)`` for the
+    accelerator the facade tells of: the facade's event on the real device, counted as
+    nothing to port (``torch.Event`` is the device-agnostic API)."""
+
+    counted_as = None
+
+    def __new__(cls, device: Any = None, **kwargs: Any) -> Any:
+        """Torch's own event for an explicit CPU device, as natively."""
+        if device is not None and torch.device(device).type == "cpu":
+            return REAL_EVENT(device, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        device: Any = None,
+        *,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+    ) -> None:
+        super().__init__(enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
 def _real_while_compiling(name: str, answer: Callable[..., Any]) -> Callable[..., Any]:
     """``answer``, but torch's own while dynamo traces: compiled code keeps the graph it
     has natively on this host (dynamo asks ``torch.accelerator`` to track streams)."""
@@ -129,6 +162,7 @@ def install() -> tuple[FacadeModule, ...]:
         return ()
     module = _build()
     modules.install_module(GROUP, "torch.accelerator", module, torch, "accelerator")
+    ledger.set_attr(GROUP, torch, "Event", AcceleratorEvent)
     return (module,)
 
 
@@ -137,4 +171,5 @@ def spots() -> tuple[ledger.Spot, ...]:
     return (
         ledger.attr_spot(torch, "accelerator"),
         ledger.item_spot(sys.modules, "torch.accelerator"),
+        ledger.attr_spot(torch, "Event"),
     )

@@ -48,6 +48,10 @@ class Event:
     :class:`~torchdevice.errors.UnsupportedFeatureError`.
     """
 
+    #: The call the report counts for each event made (none for an API that is already
+    #: device-agnostic, such as ``torch.Event``).
+    counted_as: str | None = "torch.cuda.Event"
+
     def __init__(
         self,
         enable_timing: bool = False,
@@ -55,7 +59,8 @@ class Event:
         interprocess: bool = False,
         external: bool = False,
     ) -> None:
-        call_counts.count_call("torch.cuda.Event")
+        if self.counted_as is not None:
+            call_counts.count_call(self.counted_as)
         if interprocess:
             raise UnsupportedFeatureError(
                 "torch.cuda.Event(interprocess=True) (CUDA IPC event handles)",
