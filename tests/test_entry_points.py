@@ -20,7 +20,7 @@ from torch.overrides import _get_current_function_mode_stack
 import torchdevice
 from childenv import clean_env
 from pristine import torch_is_pristine
-from torchdevice import entry_points
+from torchdevice import entry_points, standing
 from torchdevice.host import Host
 from torchdevice.intercepts import build_table
 
@@ -477,3 +477,48 @@ def test_an_mps_host_without_pytorchs_fallback_is_told_once(monkeypatch, caplog)
         torchdevice.enable(host=Host.mps(), intercept="entry-points")
         torchdevice.enable(host=Host.mps(), intercept="mode")
     assert not [r for r in caplog.records if "MPS_FALLBACK" in r.getMessage()]
+
+
+def _every_kind_of_request() -> list[torch.Tensor]:
+    """One call of each kind of device request the two placement paths take: the tier's
+    inlined factory and ``Tensor.to`` paths and the handlers' (``Runtime.place``), every
+    policy row of the host, the ``cpu:-1`` toggle both ways, device objects and ints."""
+    made = []
+    for request in ("cuda", "cuda:1", "mps", "mps:0", "cpu", "cpu:0", 0, None):
+        made.append(torch.zeros(2, device=request))
+        made.append(torch.tensor([1.0, 2.0], device=request))
+        made.append(torch.arange(3.0).to(request) if request is not None else torch.ones(1))
+        made.append(torch.ones(2).new_zeros(2, device=request))
+    made.append(torch.zeros(2, device=torch.device("cuda", 0)))
+    made.append(torch.ones(2).to(torch.device("cuda"), torch.float64))
+    made.append(torch.ones(2).cuda())
+    made.append(torch.ones(2).cpu())
+    made.append(torch.zeros(2, device="cpu:-1"))  # the override on
+    made.append(torch.zeros(2, device="cpu"))  # stays on the CPU while it is on
+    made.append(torch.ones(2).to("cuda"))
+    made.append(torch.zeros(2, device="cpu:-1"))  # and off again
+    return made
+
+
+def test_both_tiers_place_every_kind_of_request_alike():
+    """runtime.py's ``Runtime.place`` is the placement path; the tier inlines its cached
+    path in its factory and ``Tensor.to`` wrappers (``_counted``) for speed. Every kind of
+    request through both: the same devices, values, standings and report rows."""
+    seen = []
+    for intercept in ("mode", "entry-points"):
+        torchdevice.enable(intercept=intercept)
+        torchdevice.reset_report()
+        try:
+            made = _every_kind_of_request()
+            tensors = [(t.device, t.dtype, t.tolist(), standing.standing_of(t)) for t in made]
+            rows = sorted(
+                (e.site.lineno, e.api, e.requested, e.decided, e.count)
+                for e in torchdevice.report().entries
+            )
+        finally:
+            torchdevice.disable()
+        seen.append((tensors, rows))
+    assert seen[0][0] == seen[1][0]
+    assert seen[0][1] == seen[1][1]
+    assert len(seen[0][1]) >= 10  # the rows were made, in both
+    assert {row[3] for row in seen[0][1]} >= {"cpu:0"}

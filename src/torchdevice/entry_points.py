@@ -52,7 +52,13 @@ from torch.utils._device import DeviceContext, _device_constructors
 from torchdevice import callsite, ledger
 from torchdevice import runtime as runtime_module
 from torchdevice.compiling import compiler, is_tracing
-from torchdevice.handlers import device_ctor, explicit_factory, factory
+from torchdevice.handlers import (
+    DATA_FACTORIES,
+    device_ctor,
+    explicit_factory,
+    factory,
+    is_device_arg,
+)
 from torchdevice.handlers import tensor_to as tensor_to_handler
 from torchdevice.host import Host
 from torchdevice.intercepts import Handler, build_table
@@ -206,10 +212,6 @@ def _torch_cpu() -> bool:
     return callsite.torch_names_cpu(sys._getframe(2))
 
 
-#: Factories whose data argument has copy rules of its own: the handler's full path.
-_DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
-
-
 def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
     """A factory (``factory``/``explicit_factory`` handler) with its common calls inlined.
 
@@ -278,11 +280,6 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
     return wrapper
 
 
-def _is_device_arg(value: object) -> bool:
-    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor)."""
-    return isinstance(value, (str, REAL_DEVICE, int)) and not isinstance(value, bool)
-
-
 #: The request types ``Tensor.to``'s inlined path takes (``bool`` is not an ``int`` here).
 _DEVICE_ARGS = frozenset({str, REAL_DEVICE, int})
 
@@ -307,7 +304,7 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
             request = args[1]
             positional = True
         else:  # .to(dtype), .to(tensor), .to(): no device (a str or int subclass: the handler)
-            if rt.float64_device is None and (len(args) < 2 or not _is_device_arg(args[1])):
+            if rt.float64_device is None and (len(args) < 2 or not is_device_arg(args[1])):
                 return original(*args, **kwargs)
             return _handled(rt, original, handler, args, kwargs)
         if (
@@ -344,7 +341,7 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
 
 def _make(original: Callable[..., Any], handler: Handler) -> Callable[..., Any]:
     """The wrapper for ``original``: the inlined factory path where it applies."""
-    if handler in (factory, explicit_factory) and original not in _DATA_FACTORIES:
+    if handler in (factory, explicit_factory) and original not in DATA_FACTORIES:
         return _factory_wrapper(original, handler)
     if handler is tensor_to_handler:
         return _to_wrapper(original, handler)

@@ -41,12 +41,14 @@ from torchdevice.standing import (
 )
 
 __all__ = [
+    "DATA_FACTORIES",
     "constructor_overload",
     "device_ctor",
     "explicit_factory",
     "factory",
     "float64_argument",
     "generator_bound",
+    "is_device_arg",
     "parse_to",
     "pin_memory",
     "tensor_array_wrap",
@@ -63,11 +65,10 @@ __all__ = [
 _DEVICE = torch.device
 
 
-def _is_device_arg(value: object) -> bool:
-    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor)."""
-    return isinstance(value, (str, torch.device)) or (
-        isinstance(value, int) and not isinstance(value, bool)
-    )
+def is_device_arg(value: object) -> bool:
+    """Whether a positional argument of ``.to()`` is a device (not a dtype or tensor); the
+    entry-points tier's inlined ``Tensor.to`` asks this too."""
+    return isinstance(value, (str, _DEVICE, int)) and not isinstance(value, bool)
 
 
 _PIN_REASON = "pinned memory needs CUDA here: an ordinary copy"
@@ -92,7 +93,9 @@ def _drop_pin(
         _note_pin(rt, api_name(func), "pin_memory=True", "pin_memory=False")
 
 
-_DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+#: Factories whose data argument has copy rules of its own (the entry-points tier sends
+#: them to the handler's full path).
+DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 # torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
 # the wrapper, and the handler is handed the original.
 _AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
@@ -103,7 +106,7 @@ def _factory_dtype(
 ) -> None:
     """Apply the dtype rule to a factory's ``dtype=`` (or its float64 data) in place."""
     dtype = kwargs.get("dtype")
-    if dtype is None and func in _DATA_FACTORIES and args:
+    if dtype is None and func in DATA_FACTORIES and args:
         data_dtype = getattr(args[0], "dtype", None)
         if data_dtype is torch.float64 or str(data_dtype) == "float64":
             dtype = torch.float64
@@ -126,7 +129,7 @@ def _inferred_float64(
     try:
         return call()
     except TypeError as error:
-        if func not in _DATA_FACTORIES or kwargs.get("dtype") is not None:
+        if func not in DATA_FACTORIES or kwargs.get("dtype") is not None:
             raise
         if "float64" not in str(error):
             raise
@@ -170,10 +173,10 @@ def factory(
         _drop_pin(rt, device, kwargs, func)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
-        if func in _DATA_FACTORIES and args:
+        if func in DATA_FACTORIES and args:
             call = functools.partial(_from_data, func, args, kwargs, wanted)
             return _inferred_float64(rt, func, kwargs, call)
-    if func in _DATA_FACTORIES and args:
+    if func in DATA_FACTORIES and args:
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
     return mark_placed(result, wanted)
@@ -326,7 +329,7 @@ def _rewrite_to_args(
         kwargs = dict(kwargs)
         kwargs["device"] = device
         return args, kwargs, wanted
-    if len(args) > first and _is_device_arg(args[first]):
+    if len(args) > first and is_device_arg(args[first]):
         request = args[first]
         _, device, wanted = rt.place(request, func, method=method)
         return (*args[:first], device, *args[first + 1 :]), kwargs, wanted
@@ -357,7 +360,7 @@ def _to_dtype_rule(
     tensor, *positional = args
     # ``copy`` follows ``non_blocking`` in each form: .to(device, dtype, non_blocking, copy),
     # .to(dtype, non_blocking, copy), .to(other, non_blocking, copy); _parse_to refuses it.
-    at = 3 if positional and _is_device_arg(positional[0]) else 2
+    at = 3 if positional and is_device_arg(positional[0]) else 2
     copy = positional[at] if len(positional) > at else kwargs.get("copy", False)
     rest = {k: v for k, v in kwargs.items() if k != "copy"}
     with torch._C.DisableTorchFunction():  # parsing only: no mode needs to see it
