@@ -331,6 +331,9 @@ def test_the_gate_fails_compare_and_a_facade_call_counts_as_a_redirect(
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_gated.py").write_text(GATED_SUITE, encoding="utf-8")
+    # Its own rootdir: without an ini file pytest takes the common ancestor of the suite
+    # and the working directory (/tmp for a checkout in /tmp), and the node ids with it.
+    (suite / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     output = tmp_path / "out"
 
     status = cli.main(
