@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from torchdevice.callsite import CallSite
 from torchdevice.reporting import Entry, MigrationReport, relocate
+from torchdevice.sites import CallSite
 from torchdevice.tools import cli
 from torchdevice.tools.port import MARK
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import torchdevice
-from torchdevice.callsite import CallSite
 from torchdevice.reporting import SCHEMA_VERSION, Entry, MigrationReport, guide
 from torchdevice.reporting.schema import json_schema
 from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS
+from torchdevice.sites import CallSite
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY_FILE = os.path.join(sysconfig.get_paths()["purelib"], "transformers", "modeling.py")

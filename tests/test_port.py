@@ -20,10 +20,10 @@ from typing import cast
 import pytest
 import torch
 
-from torchdevice.callsite import CallSite
 from torchdevice.port_rules import COMMENT_WIDTH, advise, ported_call, unwrapped
 from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
 from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
+from torchdevice.sites import CallSite
 from torchdevice.tools import cli
 from torchdevice.tools import port as port_module
 from torchdevice.tools.port import (

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from childenv import clean_env
-from torchdevice.callsite import CallSite
 from torchdevice.reporting import Entry, MigrationReport
 from torchdevice.reporting.markdown import code
+from torchdevice.sites import CallSite
 from torchdevice.tools import cli
 
 #: A script whose lines hold what Markdown and HTML must escape (``|``, ``<``, ``&``).

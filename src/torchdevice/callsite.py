@@ -10,25 +10,21 @@ torch's own Python code (``Module.to`` reaching ``_parse_to``) walk further up t
 from __future__ import annotations
 
 import dis
-import itertools
 import os
 import sys
 import threading
-from dataclasses import dataclass
 from types import CodeType, FrameType
 
+from torchdevice.sites import position_of
+
 __all__ = [
-    "CallSite",
-    "Position",
     "add_entry",
     "caller",
     "entered",
     "first_user",
     "is_internal",
     "past_overrides",
-    "position_of",
     "set_entry",
-    "site_of",
     "torch_names_cpu",
     "user_frame",
 ]
@@ -208,29 +204,6 @@ def _learn(key: object) -> FrameType | None:
     return frame
 
 
-#: Where a call's expression lies in its file: line, end line, column, end column (columns
-#: are UTF-8 byte offsets, as ``co_positions`` gives them).
-Position = tuple[int, int, int, int]
-
-
-def position_of(frame: FrameType) -> Position | None:
-    """The exact source span of the call ``frame`` is making (3.11+; ``None`` before).
-
-    Python keeps one position per instruction (``code.co_positions()``); the frame's last
-    instruction is the call, so its span covers the call expression the user wrote.
-    """
-    code = frame.f_code
-    if not hasattr(code, "co_positions"):  # 3.10
-        return None
-    found = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None), None)
-    if found is None:
-        return None
-    line, end_line, column, end_column = found
-    if line is None or end_line is None or column is None or end_column is None:
-        return None
-    return (line, end_line, column, end_column)
-
-
 #: Per call (``id(code)``, ``f_lasti``): whether torch's own code names the CPU in it. The
 #: code objects are kept alive in ``_seen``, as for :data:`internal_cache`.
 _names_cpu: dict[tuple[int, int], bool] = {}
@@ -293,25 +266,3 @@ def _cpu_constant_in_call(frame: FrameType) -> bool:
         ) <= (last, end_column):
             return True
     return False
-
-
-@dataclass(frozen=True, slots=True)
-class CallSite:
-    """A line of user code: where a user would edit to port the call by hand."""
-
-    filename: str
-    lineno: int
-    function: str
-
-    def __str__(self) -> str:
-        return f"{self.filename}:{self.lineno} in {self.function}()"
-
-
-_UNKNOWN = CallSite("<unknown>", 0, "<unknown>")
-
-
-def site_of(frame: FrameType | None) -> CallSite:
-    """The :class:`CallSite` of ``frame`` (``<unknown>`` when torch was called from C)."""
-    if frame is None:
-        return _UNKNOWN
-    return CallSite(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

@@ -32,7 +32,7 @@ import sys
 from typing import Final
 
 from torchdevice import ledger
-from torchdevice.callsite import CallSite
+from torchdevice.sites import CallSite
 
 __all__ = [
     "GROUP",

@@ -35,7 +35,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from torchdevice.callsite import CallSite, Position
 from torchdevice.rewrites import (
     DEVICE_EXPRESSION,
     GUARD,
@@ -46,6 +45,7 @@ from torchdevice.rewrites import (
     helper_closure,
     rewrite_for,
 )
+from torchdevice.sites import CallSite, Position
 
 __all__ = [
     "COMMENT_WIDTH",

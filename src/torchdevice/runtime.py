@@ -38,6 +38,7 @@ from torchdevice.policy import Decision, DeviceSpec, PolicyState, Standing, deci
 from torchdevice.policy import pins as pins_rule
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder, api_name
+from torchdevice.sites import site_of
 from torchdevice.standing import READ_CPU, requested
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
@@ -354,7 +355,7 @@ class Runtime:
         """Record an event that is not a policy decision (a fallback, a dtype rule)."""
         if is_compiling():
             return
-        site = callsite.site_of(callsite.user_frame(1))
+        site = site_of(callsite.user_frame(1))
         self.recorder.record(site, kind, api, requested, decided, reason)
 
     def report(self) -> MigrationReport:

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from torchdevice.callsite import CallSite, Position
 from torchdevice.reporting import guide
+from torchdevice.sites import CallSite, Position
 
 __all__ = ["SCHEMA_VERSION", "Entry", "EventKind", "Key", "by_count"]
 

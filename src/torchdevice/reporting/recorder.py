@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torchdevice.callsite import CallSite, Position, position_of, site_of
 from torchdevice.logs import at_site, fallback_logger, redirects_logger
 from torchdevice.reporting.entries import Entry, EventKind, Key, by_count
 from torchdevice.reporting.report import MigrationReport
+from torchdevice.sites import CallSite, Position, position_of, site_of
 
 if TYPE_CHECKING:
     from types import FrameType

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from torchdevice.callsite import CallSite, Position
 from torchdevice.reporting import guide, html_page, markdown
 from torchdevice.reporting.entries import SCHEMA_VERSION, Entry, Key, by_count
+from torchdevice.sites import CallSite, Position
 
 __all__ = ["FORMATS_BY_SUFFIX", "MigrationReport", "merge", "path_mapping", "relocate"]
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from torchdevice.callsite import CallSite
 from torchdevice.port_rules import (
     MARK,
     STATIC_REASON,
@@ -31,6 +30,7 @@ from torchdevice.port_rules import (
 from torchdevice.reporting import Entry, EventKind, MigrationReport
 from torchdevice.reporting.guide import origin
 from torchdevice.rewrites import DEVICE_EXPRESSION
+from torchdevice.sites import CallSite
 
 __all__ = [
     "DEVICE_EXPRESSION",
