@@ -15,7 +15,7 @@ import torchdevice
 from torchdevice.reporting import SCHEMA_VERSION, Entry, MigrationReport, guide
 from torchdevice.reporting.schema import json_schema
 from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS
-from torchdevice.sites import CallSite
+from torchdevice.sites import CallSite, origin
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY_FILE = os.path.join(sysconfig.get_paths()["purelib"], "transformers", "modeling.py")
@@ -105,9 +105,9 @@ def test_advice_per_row(api, requested, kind, advice, change):
 
 
 def test_libraries_are_named_and_the_users_files_are_not(tmp_path):
-    assert guide.origin(LIBRARY_FILE) == "transformers"
-    assert guide.origin(os.__file__) == "os"  # the standard library is no user code
-    assert guide.origin(str(tmp_path / "train.py")) is None
+    assert origin(LIBRARY_FILE) == "transformers"
+    assert origin(os.__file__) == "os"  # the standard library is no user code
+    assert origin(str(tmp_path / "train.py")) is None
 
 
 def test_text_groups_the_users_lines_with_source_and_advice_then_libraries(tmp_path):

@@ -27,7 +27,7 @@ import pytest
 from childenv import clean_env
 from torchdevice.port_rules import advise, ported_call, unwrapped
 from torchdevice.reporting import MigrationReport
-from torchdevice.reporting.guide import origin
+from torchdevice.sites import origin
 from torchdevice.tools.port import MARK, port_report
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -27,9 +27,9 @@ from torchdevice.policy import (
     draws_on_generator,
     is_inplace,
 )
-from torchdevice.reporting.guide import origin
 from torchdevice.reporting.recorder import api_name
 from torchdevice.runtime import Runtime
+from torchdevice.sites import origin
 from torchdevice.standing import (
     READ_CPU,
     device_object,

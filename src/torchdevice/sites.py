@@ -1,5 +1,6 @@
 """Where in the user's source a call was made: the file, line and function a person would
-edit, and the exact span of the call expression.
+edit, the exact span of the call expression, and whose code the file is (the user's or
+a library's).
 
 These are plain data that three rooms share: the redirect records them, the report stores and
 renders them, and the port rewrites the code they point at. They sit below all three, so
@@ -9,10 +10,13 @@ none of those rooms has to import another to name a line.
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+import sysconfig
 from dataclasses import dataclass
 from types import FrameType
 
-__all__ = ["CallSite", "Position", "position_of", "site_of"]
+__all__ = ["CallSite", "Position", "origin", "position_of", "site_of"]
 
 
 #: Where a call's expression lies in its file: line, end line, column, end column (columns
@@ -58,3 +62,31 @@ def site_of(frame: FrameType | None) -> CallSite:
     if frame is None:
         return _UNKNOWN
     return CallSite(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths}
+    roots.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    # Longest first: in a venv the standard library's platform root contains site-packages.
+    return tuple(sorted((os.path.abspath(root) + os.sep for root in roots), key=len, reverse=True))
+
+
+_ROOTS: tuple[str, ...] = ()
+
+
+def origin(filename: str) -> str | None:
+    """The package a file belongs to, or ``None`` for the user's own code.
+
+    Files under site-packages (or the standard library) are a library's: named by their
+    top-level package (``transformers``). Everything else is the user's.
+    """
+    global _ROOTS
+    if not _ROOTS:
+        _ROOTS = _library_roots()
+    path = os.path.abspath(filename)
+    for root in _ROOTS:
+        if path.startswith(root):
+            top = path[len(root) :].split(os.sep, 1)[0]
+            return top.removesuffix(".py") or "python"
+    return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from torchdevice.reporting import guide
-from torchdevice.sites import CallSite, Position
+from torchdevice.sites import CallSite, Position, origin
 
 __all__ = ["SCHEMA_VERSION", "Entry", "EventKind", "Key", "by_count"]
 
@@ -52,7 +52,7 @@ class Entry:
             "reason": self.reason,
             "count": self.count,
             "positions": [list(position) for position in self.positions],
-            "library": guide.origin(self.site.filename),
+            "library": origin(self.site.filename),
             "to_change": guide.to_change(self),
             "advice": guide.advice(self),
         }

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import linecache
 import os
-import sys
-import sysconfig
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
 from torchdevice import port_rules
 from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, rewrite_for
+from torchdevice.sites import origin
 
 __all__ = [
     "CHOOSE_DEVICE",
     "advice",
     "display_path",
-    "origin",
     "render_text",
     "source_line",
     "to_change",
@@ -130,34 +128,6 @@ def _ported(entry: GuideEntry) -> str | None:
         return None
     text = "".join(linecache.getlines(filename))
     return port_rules.advise(text, entry) if text else None
-
-
-def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if key in paths}
-    roots.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
-    # Longest first: in a venv the standard library's platform root contains site-packages.
-    return tuple(sorted((os.path.abspath(root) + os.sep for root in roots), key=len, reverse=True))
-
-
-_ROOTS: tuple[str, ...] = ()
-
-
-def origin(filename: str) -> str | None:
-    """The package a file belongs to, or ``None`` for the user's own code.
-
-    Files under site-packages (or the standard library) are a library's: named by their
-    top-level package (``transformers``). Everything else is the user's.
-    """
-    global _ROOTS
-    if not _ROOTS:
-        _ROOTS = _library_roots()
-    path = os.path.abspath(filename)
-    for root in _ROOTS:
-        if path.startswith(root):
-            top = path[len(root) :].split(os.sep, 1)[0]
-            return top.removesuffix(".py") or "python"
-    return None
 
 
 #: Lines of the user's code shown in the text report; the JSON has every row.

@@ -27,6 +27,7 @@ from typing import Final
 
 from torchdevice.reporting import guide
 from torchdevice.reporting.guide import GuideEntry
+from torchdevice.sites import origin
 
 __all__ = ["render_html", "render_table"]
 
@@ -131,7 +132,7 @@ def render_html(entries: Sequence[GuideEntry], summary: str) -> str:
     own: dict[str, list[GuideEntry]] = {}
     libraries: list[GuideEntry] = []
     for entry in entries:
-        if guide.origin(entry.site.filename) is None:
+        if origin(entry.site.filename) is None:
             own.setdefault(entry.site.filename, []).append(entry)
         else:
             libraries.append(entry)

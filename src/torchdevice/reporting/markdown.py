@@ -19,6 +19,7 @@ from typing import Final
 
 from torchdevice.reporting import guide
 from torchdevice.reporting.guide import GuideEntry
+from torchdevice.sites import origin
 
 __all__ = ["MARKDOWN_LIMIT", "code", "render_markdown"]
 
@@ -68,8 +69,8 @@ def render_markdown(entries: Sequence[GuideEntry], summary: str) -> str:
     """``entries`` (the report's rows, most frequent first) as Markdown under ``summary``
     (the report's one-line header: host, calls, call sites)."""
     lines = [f"### torchdevice migration report\n\n{summary}"]
-    own = [e for e in entries if guide.origin(e.site.filename) is None]
-    libraries = [e for e in entries if guide.origin(e.site.filename) is not None]
+    own = [e for e in entries if origin(e.site.filename) is None]
+    libraries = [e for e in entries if origin(e.site.filename) is not None]
     if own:
         changes = len({(e.site.filename, e.site.lineno) for e in own if guide.to_change(e)})
         lines.append(
@@ -84,7 +85,7 @@ def render_markdown(entries: Sequence[GuideEntry], summary: str) -> str:
                 f"... and {len(shown) - MARKDOWN_LIMIT} more call site(s) in the JSON report."
             )
     if libraries:
-        packages = sorted({guide.origin(e.site.filename) or "" for e in libraries})
+        packages = sorted({origin(e.site.filename) or "" for e in libraries})
         rows = sorted(libraries, key=lambda e: (e.site.filename, e.site.lineno))
         table = "\n".join([_HEAD, *(_row(e) for e in rows[:MARKDOWN_LIMIT])])
         lines.append(

@@ -8,7 +8,7 @@ alone) end with a non-zero status and the lines listed when the run's migration 
 holds more than ``N`` of them (docs/pytest-and-compare.md has the CI recipe).
 
 A line counts once, however many calls it made: a line of the user's own files (not a
-library's: :func:`torchdevice.reporting.guide.origin`) that the report says to change
+library's: :func:`torchdevice.sites.origin`) that the report says to change
 (:func:`~torchdevice.reporting.guide.to_change`: a device named in the code, a
 ``torch.cuda`` call the facade answered, a NCCL backend). A fallback or a dtype narrowed
 for MPS is the host's business, not a line to port, and does not count.
@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from torchdevice.reporting import MigrationReport
-from torchdevice.reporting.guide import origin, to_change
+from torchdevice.reporting.guide import to_change
+from torchdevice.sites import origin
 
 __all__ = ["FLAG", "STATUS", "fail_at_exit", "lines_to_port", "verdict"]
 

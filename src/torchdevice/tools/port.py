@@ -28,9 +28,8 @@ from torchdevice.port_rules import (
     port_source,
 )
 from torchdevice.reporting import Entry, EventKind, MigrationReport
-from torchdevice.reporting.guide import origin
 from torchdevice.rewrites import DEVICE_EXPRESSION
-from torchdevice.sites import CallSite
+from torchdevice.sites import CallSite, origin
 
 __all__ = [
     "DEVICE_EXPRESSION",
@@ -158,7 +157,7 @@ def unified_diff(label: str, old: str, new: str) -> str:
 def library_of(path: str) -> str | None:
     """The library ``path`` belongs to (``None``: it is the user's own file).
 
-    The report's own reading (:func:`torchdevice.reporting.guide.origin`: the standard library and
+    The report's own reading (:func:`torchdevice.sites.origin`: the standard library and
     installed packages, torch included), plus torchdevice itself wherever it lives, and
     code that is no file at all (``<string>``, ``<stdin>``).
     """
