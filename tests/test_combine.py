@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from torchdevice.port.patch import MARK
 from torchdevice.reporting import Entry, MigrationReport, relocate
 from torchdevice.sites import CallSite
 from torchdevice.tools import cli
-from torchdevice.tools.port import MARK
 
 SOURCE = 'import torch\nx = torch.ones(2, device="cuda")\ny = torch.zeros(2).cuda()\n'
 ONES = (2, 2, 4, 32)  # the span of torch.ones(...) on line 2

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import torchdevice
+from torchdevice.port.table import BACKENDS_MPS_API, DEVICE_API, HELPERS
 from torchdevice.reporting import SCHEMA_VERSION, Entry, MigrationReport, guide
 from torchdevice.reporting.schema import json_schema
-from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS
 from torchdevice.sites import CallSite, origin
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,18 +20,18 @@ from typing import cast
 import pytest
 import torch
 
-from torchdevice.port_rules import COMMENT_WIDTH, advise, ported_call, unwrapped
-from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
-from torchdevice.rewrites import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
-from torchdevice.sites import CallSite
-from torchdevice.tools import cli
-from torchdevice.tools import port as port_module
-from torchdevice.tools.port import (
+from torchdevice.port import patch as port_module
+from torchdevice.port.calls import COMMENT_WIDTH, advise, ported_call, unwrapped
+from torchdevice.port.patch import (
     DEVICE_EXPRESSION,
     MARK,
     library_of,
     port_report,
 )
+from torchdevice.port.table import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
+from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
+from torchdevice.sites import CallSite
+from torchdevice.tools import cli
 
 DEVICE_LINE = f"device = {DEVICE_EXPRESSION}"
 

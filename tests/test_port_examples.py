@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from childenv import clean_env
-from torchdevice.port_rules import advise, ported_call, unwrapped
+from torchdevice.port.calls import advise, ported_call, unwrapped
+from torchdevice.port.patch import MARK, port_report
 from torchdevice.reporting import MigrationReport
 from torchdevice.sites import origin
-from torchdevice.tools.port import MARK, port_report
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PASSES = "all checks pass"

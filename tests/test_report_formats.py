@@ -323,7 +323,7 @@ def test_the_change_of_a_parenthesized_receiver_keeps_its_parenthesis(tmp_path):
     the receiver's node ends before the parenthesis, so the rename is of ``cuda`` alone."""
     import ast
 
-    from torchdevice import port_rules
+    from torchdevice.port import calls as port_rules
 
     text = "import torch\nx = torch.ones(3)\ny = (x * 2).cuda()\nw = x . cuda()\n"
     script = tmp_path / "t.py"

@@ -31,7 +31,7 @@ import torch
 
 from torchdevice import ledger
 from torchdevice.facade import real_device
-from torchdevice.rewrites import LEGACY_TYPE_DTYPES
+from torchdevice.port.table import LEGACY_TYPE_DTYPES
 from torchdevice.runtime import active
 from torchdevice.standing import mark_placed
 
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: The legacy ``torch.cuda.*Tensor`` names and their dtypes (the table of
-#: :data:`torchdevice.rewrites.LEGACY_TYPE_DTYPES`, which the port reads too).
+#: :data:`torchdevice.port.table.LEGACY_TYPE_DTYPES`, which the port reads too).
 LEGACY_DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, dtype) for name, dtype in LEGACY_TYPE_DTYPES.items()
 }

@@ -9,9 +9,9 @@ end of a run: the user's own files first, grouped by file and line, then the lib
 call sites apart (a library that hard-codes ``"cuda"`` is worth knowing, but it is not a
 line the user wrote), and on a big run only the most frequent lines, the rest being in
 the JSON report. A row whose file can be read gets the port's own rewrite of that call
-(:func:`torchdevice.port_rules.advise`: the call's own arguments, the comment the patch
+(:func:`torchdevice.port.calls.advise`: the call's own arguments, the comment the patch
 leaves), so advice and patch say the same; a row whose file cannot be read (a report read
-elsewhere) gets the general form from :mod:`torchdevice.rewrites`, the table
+elsewhere) gets the general form from :mod:`torchdevice.port.table`, the table
 ``docs/porting.md`` shows for porting by hand.
 """
 
@@ -22,8 +22,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
-from torchdevice import port_rules
-from torchdevice.rewrites import DEVICE_EXPRESSION, GUARD, rewrite_for
+from torchdevice.port import calls as port_rules
+from torchdevice.port.table import DEVICE_EXPRESSION, GUARD, rewrite_for
 from torchdevice.sites import origin
 
 __all__ = [

@@ -2,7 +2,7 @@
 migration report as a patch.
 
 Its arguments, the report it ports (read, or made by running the script redirected in a
-child) and what it says on stderr; the porting itself is :mod:`torchdevice.tools.port`
+child) and what it says on stderr; the porting itself is :mod:`torchdevice.port.patch`
 (docs/port.md).
 """
 
@@ -83,8 +83,8 @@ def main(argv: Sequence[str], prog: str) -> int:
     """Check the arguments, get the report (read, or made by running the script), write
     the patch and say what it did on stderr."""
 
+    from torchdevice.port.patch import port_report  # noqa: PLC0415 - only this subcommand
     from torchdevice.reporting import MigrationReport, relocate  # noqa: PLC0415
-    from torchdevice.tools.port import port_report  # noqa: PLC0415 - only this subcommand
 
     parser = _parser(prog)
     ours, rest = split_leading(

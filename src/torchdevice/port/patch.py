@@ -1,10 +1,10 @@
 """``torchdevice port``: the migration report turned into a patch.
 
-The rules that rewrite one file live in :mod:`torchdevice.port_rules` (pure functions over
+The rules that rewrite one file live in :mod:`torchdevice.port.calls` (pure functions over
 a file's text, which the report's advice reads too); this module applies them to every user
 file of a report, with ``static=True`` also to calls that did not run (:func:`static_entries`,
 ported under an "unverified" comment), and makes the patch: a first line saying which torch
-the patched code needs (:func:`torchdevice.port_rules.minimum_torch`), then a unified diff
+the patched code needs (:func:`torchdevice.port.calls.minimum_torch`), then a unified diff
 per file.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from torchdevice.port_rules import (
+from torchdevice.port.calls import (
     MARK,
     STATIC_REASON,
     dotted,
@@ -27,8 +27,8 @@ from torchdevice.port_rules import (
     minimum_torch,
     port_source,
 )
+from torchdevice.port.table import DEVICE_EXPRESSION
 from torchdevice.reporting import Entry, EventKind, MigrationReport
-from torchdevice.rewrites import DEVICE_EXPRESSION
 from torchdevice.sites import CallSite, origin
 
 __all__ = [

@@ -5,7 +5,7 @@ span of each (``co_positions`` of the call instruction, 3.11+). This module take
 source text and its report rows and returns the device-agnostic source: pure functions,
 no torch, no process state, so each rule is a unit test over a string. It sits below the
 report (:mod:`torchdevice.reporting.guide` reads it for its advice) and the ``port`` tool
-(:mod:`torchdevice.tools.port`), so that what the report tells a user to write at a line is
+(:mod:`torchdevice.port.patch`), so that what the report tells a user to write at a line is
 what the patch writes there: :func:`advise` is the port of that one call.
 
 How a span is read: the whole file is parsed once with :mod:`ast`, and a report position
@@ -16,7 +16,7 @@ over the file; an edit inside a larger edit (a ``torch.device("cuda")`` passed a
 argument that is replaced as a whole) is dropped, so edits never overlap.
 
 What a ``torch.cuda``/``torch.mps``/``torch.backends.mps`` call becomes comes from
-:mod:`torchdevice.rewrites`: guarded where ``torch.accelerator`` raises without an
+:mod:`torchdevice.port.table`: guarded where ``torch.accelerator`` raises without an
 accelerator, and helpers for events and streams, so the patched file runs on the CPU as
 well. The device-choice idiom (``"cuda" if torch.cuda.is_available() else "cpu"``, its
 ``torch.device(...)``, MPS and ``if``/``elif`` forms) becomes the one ``device``. A stand-in
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from torchdevice.rewrites import (
+from torchdevice.port.table import (
     DEVICE_EXPRESSION,
     GUARD,
     HELPERS,
@@ -873,7 +873,7 @@ class _Porter:
             )
 
     def port_facade(self, api: str, call: ast.Call) -> None:
-        """A device-module call, by :func:`torchdevice.rewrites.rewrite_for` (the table the
+        """A device-module call, by :func:`torchdevice.port.table.rewrite_for` (the table the
         report's advice falls back on)."""
         name = api.rsplit(".", 1)[1]
         if name in ("is_available", "is_built") and self.port_guard(call):
@@ -1435,7 +1435,7 @@ def advise(text: str, entry: PortEntry) -> str | None:
 
 def minimum_torch(old: str, new: str) -> tuple[tuple[int, int], tuple[str, ...]]:
     """The oldest torch that runs what the port wrote into ``old`` to make ``new``, and the
-    APIs that need it (:data:`torchdevice.rewrites.SINCE`)."""
+    APIs that need it (:data:`torchdevice.port.table.SINCE`)."""
 
     def used(text: str) -> set[str]:
         return {

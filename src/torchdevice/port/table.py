@@ -1,7 +1,7 @@
 """The one table of device-API rewrites: what each ``torch.cuda``/``torch.mps`` call becomes.
 
 The report's advice (:func:`torchdevice.reporting.guide.advice`, in the text and the JSON report)
-and the patch (:mod:`torchdevice.tools.port`) both read :data:`DEVICE_API`, so what the
+and the patch (:mod:`torchdevice.port.patch`) both read :data:`DEVICE_API`, so what the
 report tells a user to write is what ``torchdevice port`` writes. Every form is code that
 runs natively, without torchdevice, on a CUDA host, on a Mac (MPS) and on a CPU-only host:
 ``torch.accelerator``'s memory statistics, device index, synchronization and streams raise
