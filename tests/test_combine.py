@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchdevice.port.patch import MARK
+from torchdevice.port import MARK
 from torchdevice.reporting import Entry, MigrationReport, relocate
 from torchdevice.sites import CallSite
 from torchdevice.tools import cli

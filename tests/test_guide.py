@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import torchdevice
+from torchdevice import port
 from torchdevice.port.table import BACKENDS_MPS_API, DEVICE_API, HELPERS
 from torchdevice.reporting import SCHEMA_VERSION, Entry, MigrationReport, guide
 from torchdevice.reporting.schema import json_schema
@@ -100,8 +101,8 @@ def entry(
 )
 def test_advice_per_row(api, requested, kind, advice, change):
     row = entry("/src/train.py", 3, api, requested, kind)
-    assert guide.advice(row).startswith(advice)
-    assert guide.to_change(row) is change
+    assert port.advice_for(row).startswith(advice)
+    assert port.to_change(row) is change
 
 
 def test_libraries_are_named_and_the_users_files_are_not(tmp_path):
@@ -128,7 +129,7 @@ def test_text_groups_the_users_lines_with_source_and_advice_then_libraries(tmp_p
         "Your code: 2 line(s) to change (`torchdevice port` writes the patch). "
         "Choose the device once,"
     )
-    assert lines[2] == f"    {guide.CHOOSE_DEVICE}"
+    assert lines[2] == f"    {port.CHOOSE_DEVICE}"
     assert lines[3] == "  and pass it:"
     # By file and line (not by count), two lines each: what happened, then the source with
     # what to change it to (the file can be read: the port of the call itself).

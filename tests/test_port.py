@@ -20,16 +20,20 @@ from typing import cast
 import pytest
 import torch
 
-from torchdevice.port import patch as port_module
-from torchdevice.port.calls import COMMENT_WIDTH, advise, ported_call, unwrapped
-from torchdevice.port.patch import (
+from torchdevice.port import advice_for
+from torchdevice.port import calls as port_module
+from torchdevice.port.advice import advise
+from torchdevice.port.calls import ported_call
+from torchdevice.port.patch import library_of, patch_for
+from torchdevice.port.source import COMMENT_WIDTH, MARK, unwrapped
+from torchdevice.port.table import (
+    BACKENDS_MPS_API,
+    DEVICE_API,
     DEVICE_EXPRESSION,
-    MARK,
-    library_of,
-    port_report,
+    HELPERS,
+    rewrite_for,
 )
-from torchdevice.port.table import BACKENDS_MPS_API, DEVICE_API, HELPERS, rewrite_for
-from torchdevice.reporting import Entry, EventKind, MigrationReport, guide
+from torchdevice.reporting import Entry, EventKind, MigrationReport
 from torchdevice.sites import CallSite
 from torchdevice.tools import cli
 
@@ -314,7 +318,7 @@ def test_the_patch_writes_what_the_report_advises(name: str) -> None:
         source = f"import torch\ndef f(index, stream, seed):\n    with {call}:\n        pass\n"
     new, notes = port_source(source, entries_for(source, (api, api + "(")))
     entry = entries_for(source, (api, api + "("))[0]
-    advice = guide.advice(entry)
+    advice = advice_for(entry)
     assert advice == rewrite.advice(api)
     if rewrite.form == "none":
         assert rewrite.why in advice
@@ -518,7 +522,7 @@ def test_library_files_are_skipped_and_the_patch_applies(tmp_path: Path) -> None
     assert library_of(cli.__file__) == "torchdevice"
     assert library_of("<string>") == "no file"
     assert library_of(str(script)) is None
-    result = port_report(MigrationReport("cpu host", (user, library)), tmp_path)
+    result = patch_for((user, library), tmp_path)
     assert result.skipped == ((library.site.filename, "not yours (ast)"),)
     assert result.patch.startswith(
         f"{MARK} the patched code needs torch 2.7 or later "
@@ -675,7 +679,7 @@ def test_the_patch_writes_what_the_report_advises_for_device_arguments(api: str,
     source = f"import torch\ndef f(x, model, f):\n    result = {call}\n"
     entries = entries_for(source, (api, call.split("(", maxsplit=1)[0]))
     new, _ = port_source(source, entries)
-    advice = guide.advice(entries[0])
+    advice = advice_for(entries[0])
     code = advice.split("`")[1]
     line = next(text for text in new.splitlines() if text.startswith("    result = "))
     assert code in line, (advice, line)
@@ -723,7 +727,7 @@ def assert_advice_is_the_patch(source: str, rows: list[Entry]) -> str:
         ported = ported_call(source, row)
         assert ported is not None, row
         code, said = ported
-        advice = guide.advice(row)
+        advice = advice_for(row)
         assert advice == advise(source, row)
         if code:
             assert _flat(code) in _flat(new), (code, new)
@@ -764,7 +768,7 @@ def test_the_advice_is_the_patch_with_the_calls_own_arguments(
     rows = _file_rows(tmp_path, source, (f"{module}.{name}", f"{module}.{name}("))
     rows = [dataclasses.replace(row, kind="device-api") for row in rows]
     assert_advice_is_the_patch(source, rows)
-    advice = guide.advice(rows[0])
+    advice = advice_for(rows[0])
     dropped = rewrite.form == "expression" and "{args}" not in rewrite.target  # str(device)
     if rewrite.form not in ("none", "keep") and arguments and not dropped:
         assert arguments in advice  # the call's own argument, not a placeholder
@@ -894,7 +898,7 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
         f"mps_device = {DEVICE_EXPRESSION}\nx = torch.ones(5, device=mps_device)\n"
     )
     # The is_built row alone gives the same advice: it is part of the guard.
-    assert guide.advice(rows[1]) == guide.advice(rows[0])
+    assert advice_for(rows[1]) == advice_for(rows[0])
     done = _child(new + "print(x.sum().item())", PYTHONPATH="")
     assert (done.returncode, done.stdout) == (0, "5.0\n"), done.stderr
 
@@ -999,7 +1003,7 @@ def test_mps_calls_outside_a_guard(tmp_path: Path) -> None:
     new = assert_advice_is_the_patch(source, rows)
     assert "if torch.accelerator.is_available():\n" in new  # as torch.cuda.is_available()
     assert "print(str(device), torch.backends.mps.get_core_count())" in new
-    advice = [guide.advice(row) for row in rows]
+    advice = [advice_for(row) for row in rows]
     assert advice[0] == "`torch.accelerator.is_available()`"
     assert advice[2].endswith('keep it behind `if device.type == "mps":`')
     assert advice[3].startswith("torch.backends.mps.is_built(): whether this torch was built")
@@ -1082,7 +1086,7 @@ def test_autocast_advice_keeps_the_dtype(tmp_path: Path) -> None:
     )
     rows = _file_rows(tmp_path, source, ("torch.autocast", "torch.autocast"))
     assert_advice_is_the_patch(source, rows)
-    assert guide.advice(rows[0]) == (
+    assert advice_for(rows[0]) == (
         "`torch.autocast(device.type, dtype=torch.float16, enabled=True)`"
     )
 
@@ -1108,7 +1112,7 @@ def test_the_patch_says_which_torch_it_needs(
     name = "torch.cuda." + call.split("(", maxsplit=1)[0].rsplit(".", 1)[1]
     rows = entries_for(script.read_text(), (name if api.startswith("torch.cuda") else api, api))
     rows = [dataclasses.replace(row, site=CallSite(str(script), 2, "f")) for row in rows]
-    result = port_report(MigrationReport("cpu host", tuple(rows)), tmp_path)
+    result = patch_for(rows, tmp_path)
     apis = tuple(_ACC + name for name in apis)
     assert result.needs == (version, apis)
     first, rest = result.patch.split("\n", 1)

@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 
 from childenv import clean_env
-from torchdevice.port.calls import advise, ported_call, unwrapped
-from torchdevice.port.patch import MARK, port_report
+from torchdevice.port import MARK, patch_for
+from torchdevice.port.advice import advise
+from torchdevice.port.calls import ported_call
+from torchdevice.port.source import unwrapped
 from torchdevice.reporting import MigrationReport
 from torchdevice.sites import origin
 
@@ -174,7 +176,7 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
     report = MigrationReport.from_dict(json.loads(report_path.read_text(encoding="utf-8")))
 
     # 2. Ported, and patched with git apply.
-    result = port_report(report, repo)
+    result = patch_for(report.entries, repo)
     assert [file.path for file in result.files] == [name]
     assert all(why.startswith("not yours (") for _, why in result.skipped), result.skipped
     _apply(repo, result.patch)
@@ -265,7 +267,7 @@ def test_a_ported_script_runs_natively_on_the_cpu_and_beside_another_accelerator
     report = MigrationReport.from_dict(raw)
 
     # 2. Ported from that report, patched with git apply: no hand edit.
-    result = port_report(report, repo)
+    result = patch_for(report.entries, repo)
     _apply(repo, result.patch)
     ported = script.read_text(encoding="utf-8")
     output = f"patch:\n{result.patch}"

@@ -1,46 +1,42 @@
-"""``torchdevice port``: the migration report turned into a patch.
+"""``torchdevice port``: the migration report's rows turned into a patch.
 
-The rules that rewrite one file live in :mod:`torchdevice.port.calls` (pure functions over
-a file's text, which the report's advice reads too); this module applies them to every user
-file of a report, with ``static=True`` also to calls that did not run (:func:`static_entries`,
-ported under an "unverified" comment), and makes the patch: a first line saying which torch
-the patched code needs (:func:`torchdevice.port.calls.minimum_torch`), then a unified diff
-per file.
+The rules that rewrite one file are :func:`.calls.port_source` (pure functions over a
+file's text, which the report's advice reads too); :func:`patch_for` applies them to every
+user file of a report's rows, with ``static=True`` also to calls that did not run
+(:func:`static_entries`, ported under an "unverified" comment), and makes the patch: a first
+line saying which torch the patched code needs (:func:`minimum_torch`), then a unified diff
+per file. It takes the rows, not a report: reading report files is the command line's.
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
-from torchdevice.port.calls import (
+from torchdevice.port.calls import port_source
+from torchdevice.port.source import (
     MARK,
     STATIC_REASON,
+    PortEntry,
     dotted,
     is_device_literal,
     keyword_of,
-    minimum_torch,
-    port_source,
 )
-from torchdevice.port.table import DEVICE_EXPRESSION
-from torchdevice.reporting import Entry, EventKind, MigrationReport
-from torchdevice.sites import CallSite, origin
+from torchdevice.port.table import SINCE
+from torchdevice.sites import CallSite, Position, origin
 
 __all__ = [
-    "DEVICE_EXPRESSION",
-    "MARK",
-    "STATIC_REASON",
     "FilePort",
     "PortResult",
+    "StaticEntry",
     "library_of",
+    "minimum_torch",
     "needs_line",
-    "port_report",
-    "port_source",
+    "older_torch",
+    "patch_for",
     "static_entries",
     "unified_diff",
 ]
@@ -71,6 +67,19 @@ class PortResult:
     #: The oldest torch the patched files run on (``(0, 0)``: no change), and the APIs
     #: that need it; the patch's first line says so (:func:`needs_line`).
     needs: tuple[tuple[int, int], tuple[str, ...]] = ((0, 0), ())
+
+
+@dataclass(frozen=True)
+class StaticEntry:
+    """A row ``port --static`` found by reading a file (:func:`static_entries`): what the
+    port reads of a report row (:class:`.source.PortEntry`), for a call that did not run."""
+
+    site: CallSite
+    kind: str
+    api: str
+    requested: str
+    reason: str
+    positions: tuple[Position, ...]
 
 
 _BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
@@ -112,7 +121,7 @@ def _static_api(call: ast.Call) -> tuple[str, str, str] | None:
     return None
 
 
-def static_entries(filename: str, text: str, known: Iterable[Entry]) -> list[Entry]:
+def static_entries(filename: str, text: str, known: Iterable[PortEntry]) -> list[StaticEntry]:
     """Rows for the calls in ``text`` written for one device that no row of ``known`` covers:
     lines the run did not execute (a branch not taken, a script that stopped early).
 
@@ -123,7 +132,7 @@ def static_entries(filename: str, text: str, known: Iterable[Entry]) -> list[Ent
     tree = ast.parse(text)
     covered = {span for entry in known for span in entry.positions}
     covered_lines = {entry.site.lineno for entry in known if not entry.positions}
-    rows: list[Entry] = []
+    rows: list[StaticEntry] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or node.end_lineno is None:
             continue
@@ -135,13 +144,14 @@ def static_entries(filename: str, text: str, known: Iterable[Entry]) -> list[Ent
             continue
         kind, api, requested = found
         site = CallSite(filename, node.lineno, "?")
-        event = cast(EventKind, kind)  # "redirect" or "device-api", from _static_api
-        rows.append(Entry(site, event, api, requested, "?", STATIC_REASON, 1, (span,)))
+        rows.append(StaticEntry(site, kind, api, requested, STATIC_REASON, (span,)))
     return rows
 
 
 def unified_diff(label: str, old: str, new: str) -> str:
     """A ``git apply``-able diff of one file, ``label`` relative to the repository root."""
+    import difflib  # noqa: PLC0415 - only a patch needs it, not the report's advice
+
     lines = difflib.unified_diff(
         old.splitlines(keepends=True),
         new.splitlines(keepends=True),
@@ -172,15 +182,16 @@ def library_of(path: str) -> str | None:
     return "torchdevice" if os.path.abspath(path).startswith(own) else None
 
 
-def port_report(report: MigrationReport, root: Path, *, static: bool = False) -> PortResult:
-    """Port every user file of ``report`` below ``root``; the patch's paths are relative to it.
+def patch_for(entries: Iterable[PortEntry], root: Path, *, static: bool = False) -> PortResult:
+    """Port every user file of a report's rows ``entries`` below ``root``; the patch's paths
+    are relative to it.
 
     A relative file name (a portable report, :func:`torchdevice.reporting.relocate`) is read
     relative to ``root``.
     """
     root = root.resolve()
-    by_file: dict[str, list[Entry]] = {}
-    for entry in report.entries:
+    by_file: dict[str, list[PortEntry]] = {}
+    for entry in entries:
         filename = entry.site.filename
         if not filename.startswith("<") and not os.path.isabs(filename):
             filename = str(root / filename)  # a portable report: relative to the root
@@ -200,7 +211,7 @@ def port_report(report: MigrationReport, root: Path, *, static: bool = False) ->
             continue
         try:
             old = path.read_text(encoding="utf-8")
-            rows = by_file[filename]
+            rows: list[PortEntry] = by_file[filename]
             if static:
                 rows = [*rows, *static_entries(filename, old, rows)]
             new, notes = port_source(old, rows)
@@ -226,3 +237,38 @@ def needs_line(version: tuple[int, int], apis: tuple[str, ...]) -> str:
         f"{MARK} the patched code needs torch {version[0]}.{version[1]} or later "
         f"(for {', '.join(apis)})\n"
     )
+
+
+def minimum_torch(old: str, new: str) -> tuple[tuple[int, int], tuple[str, ...]]:
+    """The oldest torch that runs what the port wrote into ``old`` to make ``new``, and the
+    APIs that need it (:data:`.table.SINCE`)."""
+
+    def used(text: str) -> set[str]:
+        return {
+            name
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Attribute) and (name := dotted(node)) in SINCE
+        }
+
+    added = used(new) - used(old)
+    if not added:
+        return (0, 0), ()
+    version = max(SINCE[name] for name in added)
+    return version, tuple(sorted(name for name in added if SINCE[name] == version))
+
+
+def older_torch(needed: tuple[int, int]) -> str | None:
+    """The installed torch's version when it is older than ``needed`` (``None``: it is
+    not, or cannot be read), without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        installed = version("torch")
+    except PackageNotFoundError:
+        return None
+    parts = installed.split("+")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+    return installed if (major, minor) < needed else None

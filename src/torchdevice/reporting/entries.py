@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from torchdevice.reporting import guide
+from torchdevice import port
 from torchdevice.sites import CallSite, Position, origin
 
 __all__ = ["SCHEMA_VERSION", "Entry", "EventKind", "Key", "by_count"]
@@ -53,8 +53,8 @@ class Entry:
             "count": self.count,
             "positions": [list(position) for position in self.positions],
             "library": origin(self.site.filename),
-            "to_change": guide.to_change(self),
-            "advice": guide.advice(self),
+            "to_change": port.to_change(self),
+            "advice": port.advice_for(self),
         }
 
     @classmethod

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Final
 
+from torchdevice import port
 from torchdevice.reporting import guide
 from torchdevice.reporting.guide import GuideEntry
 from torchdevice.sites import origin
@@ -71,7 +72,7 @@ def _did(entry: GuideEntry) -> str:
 
 def _note(rows: Sequence[GuideEntry]) -> str:
     return "".join(
-        f'<p class="did">{_did(e)}</p><p class="fix">change: {_code(guide.advice(e))}</p>'
+        f'<p class="did">{_did(e)}</p><p class="fix">change: {_code(port.advice_for(e))}</p>'
         for e in rows
     )
 
@@ -83,7 +84,7 @@ def _rows_table(entries: Sequence[GuideEntry]) -> str:
         "<tr>"
         f"<td><code>{escape(guide.display_path(e.site.filename))}:{e.site.lineno}</code></td>"
         f"<td><code>{escape(guide.source_line(e) or e.api + '(...)')}</code></td>"
-        f"<td>{_did(e)}</td><td>{_code(guide.advice(e))}</td>"
+        f"<td>{_did(e)}</td><td>{_code(port.advice_for(e))}</td>"
         "</tr>"
         for e in entries
     )
@@ -117,7 +118,7 @@ def _file_section(number: int, filename: str, rows: Sequence[GuideEntry]) -> str
         anchor = f"f{number}-L{lineno}"
         classes = ""
         if found:
-            classes = "hit change" if any(guide.to_change(e) for e in found) else "hit"
+            classes = "hit change" if any(port.to_change(e) for e in found) else "hit"
         attributes = f' id="{anchor}"' + (f' class="{classes}"' if classes else "")
         source = escape(text.rstrip("\r\n"))
         body.append(
@@ -147,14 +148,14 @@ def render_html(entries: Sequence[GuideEntry], summary: str) -> str:
     if own:
         parts.append(
             "<p>Device-agnostic code chooses the device once, "
-            f"<code>{escape(guide.CHOOSE_DEVICE)}</code>, and passes it; "
+            f"<code>{escape(port.CHOOSE_DEVICE)}</code>, and passes it; "
             "<code>torchdevice port</code> writes the patch.</p>"
         )
         index = []
         files = sorted(own)
         for number, filename in enumerate(files, start=1):
             rows = own[filename]
-            changes = len({e.site.lineno for e in rows if guide.to_change(e)})
+            changes = len({e.site.lineno for e in rows if port.to_change(e)})
             index.append(
                 f'<tr><td><a href="#f{number}">{escape(guide.display_path(filename))}</a></td>'
                 f"<td>{changes}</td><td>{sum(e.count for e in rows)}</td></tr>"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from torchdevice import port
 from torchdevice.reporting import guide
 from torchdevice.reporting.guide import GuideEntry
 from torchdevice.sites import origin
@@ -58,7 +59,7 @@ def _row(entry: GuideEntry) -> str:
     where = f"{guide.display_path(entry.site.filename)}:{entry.site.lineno}"
     source = guide.source_line(entry)
     call = code(source) if source else code(f"{entry.api}(...)")
-    cells = (code(where), call, _what_it_did(entry), guide.advice(entry))
+    cells = (code(where), call, _what_it_did(entry), port.advice_for(entry))
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 
 
@@ -72,10 +73,10 @@ def render_markdown(entries: Sequence[GuideEntry], summary: str) -> str:
     own = [e for e in entries if origin(e.site.filename) is None]
     libraries = [e for e in entries if origin(e.site.filename) is not None]
     if own:
-        changes = len({(e.site.filename, e.site.lineno) for e in own if guide.to_change(e)})
+        changes = len({(e.site.filename, e.site.lineno) for e in own if port.to_change(e)})
         lines.append(
             f"**Your code: {changes} line(s) to change.** Device-agnostic code chooses the "
-            f"device once, {code(guide.CHOOSE_DEVICE)}, and passes it; "
+            f"device once, {code(port.CHOOSE_DEVICE)}, and passes it; "
             "`torchdevice port` writes the patch."
         )
         shown = sorted(own, key=lambda e: (e.site.filename, e.site.lineno, -e.count))

@@ -9,7 +9,7 @@ holds more than ``N`` of them (docs/pytest-and-compare.md has the CI recipe).
 
 A line counts once, however many calls it made: a line of the user's own files (not a
 library's: :func:`torchdevice.sites.origin`) that the report says to change
-(:func:`~torchdevice.reporting.guide.to_change`: a device named in the code, a
+(:func:`~torchdevice.port.to_change`: a device named in the code, a
 ``torch.cuda`` call the facade answered, a NCCL backend). A fallback or a dtype narrowed
 for MPS is the host's business, not a line to port, and does not count.
 """
@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from torchdevice.port import to_change
 from torchdevice.reporting import MigrationReport
-from torchdevice.reporting.guide import to_change
 from torchdevice.sites import origin
 
 __all__ = ["FLAG", "STATUS", "fail_at_exit", "lines_to_port", "verdict"]

@@ -2,7 +2,7 @@
 migration report as a patch.
 
 Its arguments, the report it ports (read, or made by running the script redirected in a
-child) and what it says on stderr; the porting itself is :mod:`torchdevice.port.patch`
+child) and what it says on stderr; the porting itself is :func:`torchdevice.port.patch_for`
 (docs/port.md).
 """
 
@@ -83,7 +83,8 @@ def main(argv: Sequence[str], prog: str) -> int:
     """Check the arguments, get the report (read, or made by running the script), write
     the patch and say what it did on stderr."""
 
-    from torchdevice.port.patch import port_report  # noqa: PLC0415 - only this subcommand
+    from torchdevice.port import patch_for  # noqa: PLC0415 - only this subcommand
+    from torchdevice.port.patch import older_torch  # noqa: PLC0415
     from torchdevice.reporting import MigrationReport, relocate  # noqa: PLC0415
 
     parser = _parser(prog)
@@ -139,7 +140,7 @@ def main(argv: Sequence[str], prog: str) -> int:
             "nothing to port",
             file=sys.stderr,
         )
-    result = port_report(report, ns.root, static=ns.static)
+    result = patch_for(report.entries, ns.root, static=ns.static)
     for filename, why in result.skipped:
         print(f"{prog}: skipped {filename}: {why}", file=sys.stderr)
     for file in result.files:
@@ -150,7 +151,7 @@ def main(argv: Sequence[str], prog: str) -> int:
         ns.output.write_text(result.patch, encoding="utf-8")
     else:
         sys.stdout.write(result.patch)
-    older = _older_torch(result.needs[0])
+    older = older_torch(result.needs[0])
     if older:  # the patch's first line says what it needs; say it where it is not there
         print(
             f"{prog}: the patched code needs torch {result.needs[0][0]}.{result.needs[0][1]} "
@@ -160,23 +161,6 @@ def main(argv: Sequence[str], prog: str) -> int:
     changed = sum(file.changed for file in result.files)
     print(f"{prog}: {changed} file(s) changed, {len(result.skipped)} skipped", file=sys.stderr)
     return 0
-
-
-def _older_torch(needed: tuple[int, int]) -> str | None:
-    """The installed torch's version when it is older than ``needed`` (``None``: it is
-    not, or cannot be read), without importing torch."""
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
-
-    try:
-        installed = version("torch")
-    except PackageNotFoundError:
-        return None
-    parts = installed.split("+")[0].split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-    return installed if (major, minor) < needed else None
 
 
 def _run_for_report(path: Path, rest: Sequence[str]) -> Any:
