@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+import mps_page
 from childenv import clean_env, interruptible
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,36 +391,11 @@ def test_tunable_op_under_the_launcher_is_a_no_op_not_an_attribute_error(tmp_pat
     assert "AttributeError" not in done.stderr
 
 
-#: PyTorch's MPS page's form of the check: the work in the ``else:`` branch.
-MPS_PAGE = """\
-import torch
-
-# Check that MPS is available
-if not torch.backends.mps.is_available():
-    if not torch.backends.mps.is_built():
-        print("MPS not available because the current PyTorch install was not "
-              "built with MPS enabled.")
-    else:
-        print("MPS not available because the current MacOS version is not 12.3+ "
-              "and/or you do not have an MPS-enabled device on this machine.")
-
-else:
-    mps_device = torch.device("mps")
-    x = torch.ones(5, device=mps_device)
-    y = x * 2
-    model = torch.nn.Linear(5, 1)
-    model.to(mps_device)
-    pred = model(x)
-    print("pred", tuple(pred.shape), y.sum().item())
-"""
-
-
 def test_the_mps_pages_check_ported_runs_its_work_on_the_cpu(tmp_path: Path) -> None:
     """``python -m torchdevice port mps_check.py``, ``git apply``, ``python mps_check.py``:
     the ported script printed "MPS not available ... not built with MPS enabled." and did
     nothing on the CPU (issue 36 item 6); now its work runs, natively."""
-    script = tmp_path / "mps_check.py"
-    script.write_text(MPS_PAGE, encoding="utf-8")
+    script = mps_page.write(tmp_path, "mps_check.py")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, timeout=60)
     port = _run([*PYTHON, "-m", "torchdevice", "port", "-o", "mps.patch", script.name], tmp_path)
     assert port.returncode == 0, port.stderr
@@ -427,5 +403,5 @@ def test_the_mps_pages_check_ported_runs_its_work_on_the_cpu(tmp_path: Path) -> 
     assert applied.returncode == 0, applied.stderr
     native = _run([*PYTHON, script.name], tmp_path)
     assert native.returncode == 0, native.stderr
-    assert native.stdout == "pred (1,) 10.0\n"
+    assert native.stdout == mps_page.PRINTS
     assert "mps_device = device" not in script.read_text(encoding="utf-8")

@@ -20,6 +20,7 @@ from typing import cast
 import pytest
 import torch
 
+import mps_page
 from torchdevice.port import advice_for
 from torchdevice.port import calls as port_module
 from torchdevice.port.advice import advise
@@ -903,31 +904,6 @@ def test_pytorchs_own_mps_check_is_removed_and_its_device_is_the_one_device(
     assert (done.returncode, done.stdout) == (0, "5.0\n"), done.stderr
 
 
-#: PyTorch's MPS page's form of the check: the work in the ``else:`` branch, and a
-#: multi-line string in it that must keep its lines.
-PYTORCH_MPS_PAGE = """\
-import torch
-if not torch.backends.mps.is_available():
-    if not torch.backends.mps.is_built():
-        print("MPS not available because the current PyTorch install was not "
-              "built with MPS enabled.")
-    else:
-        print("MPS not available because the current MacOS version is not 12.3+ "
-              "and/or you do not have an MPS-enabled device on this machine.")
-
-else:
-    mps_device = torch.device("mps")
-
-    # Create a Tensor directly on the mps device
-    x = torch.ones(5, device=mps_device)
-    # Or
-    x = torch.ones(5, device="mps")
-    note = \"\"\"two
-    lines\"\"\"
-    print(x.sum().item(), note)
-"""
-
-
 def test_the_mps_pages_check_keeps_its_else_branch_and_runs_on_the_cpu(tmp_path: Path) -> None:
     """``python -m torchdevice port mps_page.py`` made a script that printed "MPS not
     available ... not built with MPS enabled." and did nothing on the CPU (issue 36): the
@@ -935,15 +911,16 @@ def test_the_mps_pages_check_keeps_its_else_branch_and_runs_on_the_cpu(tmp_path:
     ``torch.device("mps")`` is the one device (no ``mps_device = device`` alias)."""
     rows = _file_rows(
         tmp_path,
-        PYTORCH_MPS_PAGE,
+        mps_page.SOURCE,
         ("torch.backends.mps.is_available", "torch.backends.mps.is_available"),
         ("torch.device", 'torch.device("mps")'),
         ("torch.ones", 'torch.ones(5, device="mps")'),
     )
     rows = [dataclasses.replace(rows[0], kind="device-api"), *rows[1:]]
-    new, _ = port_source(PYTORCH_MPS_PAGE, rows)
+    new, _ = port_source(mps_page.SOURCE, rows)
     assert new == (
-        "import torch\n"
+        "import torch\n\n"
+        "# Check that MPS is available\n"
         f"{MARK} removed a check that only said why there is no MPS: its work runs on "
         "`mps_device`, the CPU when there is no accelerator\n"
         f"mps_device = {DEVICE_EXPRESSION}\n"
@@ -952,12 +929,22 @@ def test_the_mps_pages_check_keeps_its_else_branch_and_runs_on_the_cpu(tmp_path:
         "x = torch.ones(5, device=mps_device)\n"
         "# Or\n"
         "x = torch.ones(5, device=mps_device)\n"
+        "\n"
+        "# Any operation happens on the GPU\n"
+        "y = x * 2\n"
+        "\n"
+        "# Move your model to mps just like any other device\n"
+        "model = torch.nn.Linear(5, 1)\n"
+        "model.to(mps_device)\n"
+        "\n"
+        "# Now every call will run on the GPU\n"
+        "pred = model(x)\n"
         'note = """two\n'
         '    lines"""\n'
-        "print(x.sum().item(), note)\n"
+        'print("pred", tuple(pred.shape), y.sum().item(), note)\n'
     )
     done = _child(new, PYTHONPATH="")
-    assert (done.returncode, done.stdout) == (0, "5.0 two\n    lines\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, mps_page.PRINTS), done.stderr
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,11 @@ def unified_diff(label: str, old: str, new: str) -> str:
     return f"diff --git a/{label} b/{label}\n{text}" if text else ""
 
 
+#: torchdevice's own package directory, wherever it lives (editable installs too): the
+#: directory above this package's.
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def library_of(path: str) -> str | None:
     """The library ``path`` belongs to (``None``: it is the user's own file).
 
@@ -176,10 +181,7 @@ def library_of(path: str) -> str | None:
     package = origin(path)
     if package is not None:
         return package
-    import torchdevice  # noqa: PLC0415 - its own package directory, editable installs too
-
-    own = os.path.dirname(os.path.abspath(torchdevice.__file__)) + os.sep
-    return "torchdevice" if os.path.abspath(path).startswith(own) else None
+    return "torchdevice" if os.path.abspath(path).startswith(_OWN) else None
 
 
 def patch_for(entries: Iterable[PortEntry], root: Path, *, static: bool = False) -> PortResult:
