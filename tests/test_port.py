@@ -25,6 +25,7 @@ from torchdevice.port import advice_for
 from torchdevice.port import calls as port_module
 from torchdevice.port.advice import advise
 from torchdevice.port.calls import ported_call
+from torchdevice.port.layout import WIDTH
 from torchdevice.port.patch import library_of, patch_for
 from torchdevice.port.source import COMMENT_WIDTH, MARK, unwrapped
 from torchdevice.port.table import (
@@ -433,8 +434,10 @@ def test_autocast_gradscaler_and_backend_take_the_device() -> None:
         "    pass",
         "a = torch.amp.GradScaler(device.type)",
         "b = torch.amp.GradScaler(device.type)",
-        "dist.init_process_group(torch.distributed.get_default_backend_for_device(device), "
-        "rank=0, world_size=1)",
+        # Past 99 characters once ported: broken at its brackets, as ruff format would.
+        "dist.init_process_group(",
+        "    torch.distributed.get_default_backend_for_device(device), rank=0, world_size=1",
+        ")",
     ]
 
 
@@ -679,7 +682,7 @@ def test_the_patch_writes_what_the_report_advises_for_device_arguments(api: str,
     """The other rows the report advises on: the advice's code is in the ported line."""
     source = f"import torch\ndef f(x, model, f):\n    result = {call}\n"
     entries = entries_for(source, (api, call.split("(", maxsplit=1)[0]))
-    new, _ = port_source(source, entries)
+    new, _ = port_module.port_source(source, entries, layout=False)  # the call on one line
     advice = advice_for(entries[0])
     code = advice.split("`")[1]
     line = next(text for text in new.splitlines() if text.startswith("    result = "))
@@ -723,7 +726,13 @@ def assert_advice_is_the_patch(source: str, rows: list[Entry]) -> str:
     """Each row's advice is what the patch writes at its call: the ported code is in the
     patched file, each comment the advice names is a comment there."""
     new, _ = port_source(source, rows)
-    ast.parse(new)
+    # The advice is the patch's code before its long lines are broken (the same tokens),
+    # and no line the patch writes is past PEP 8's 99 characters.
+    whole, _ = port_module.port_source(source, rows, layout=False)
+    raw, _ = port_module.port_source(source, rows)
+    assert ast.dump(ast.parse(raw)) == ast.dump(ast.parse(whole))
+    assert all(len(line) <= WIDTH for line in raw.splitlines() if line not in source), raw
+    whole = unwrapped(whole)
     for row in rows:
         ported = ported_call(source, row)
         assert ported is not None, row
@@ -731,15 +740,15 @@ def assert_advice_is_the_patch(source: str, rows: list[Entry]) -> str:
         advice = advice_for(row)
         assert advice == advise(source, row)
         if code:
-            assert _flat(code) in _flat(new), (code, new)
+            assert _flat(code) in _flat(whole), (code, whole)
             assert advice.startswith(f"`{code}`")
         rewrite = rewrite_for(row.api)
         for note in said:
             if rewrite.comment and note == _flat(rewrite.why):
                 # A rewrite that fixed its line (str(device)) says why in the advice only.
-                assert _flat(f"{MARK} {note}") not in _flat(new), (note, new)
+                assert _flat(f"{MARK} {note}") not in _flat(whole), (note, whole)
                 continue
-            assert _flat(f"{MARK} {note}") in _flat(new), (note, new)
+            assert _flat(f"{MARK} {note}") in _flat(whole), (note, whole)
             assert note in advice
     return new
 
@@ -1011,10 +1020,10 @@ def test_pinned_memory_only_where_there_is_an_accelerator(tmp_path: Path) -> Non
     rows[1] = dataclasses.replace(rows[1], kind="device-api", requested="pin_memory=True")
     new = assert_advice_is_the_patch(source, rows)
     guard = "torch.accelerator.is_available()"
-    assert new.splitlines()[1:] == [
-        f"x = (torch.ones(3).pin_memory() if {guard} else torch.ones(3))",
+    assert new.splitlines()[1:] == [  # a whole value: no parentheses of its own
+        f"x = torch.ones(3).pin_memory() if {guard} else torch.ones(3)",
         f"y = torch.empty(3, pin_memory={guard})",
-        f"z = ((x + 1).pin_memory() if {guard} else (x + 1))",
+        f"z = (x + 1).pin_memory() if {guard} else (x + 1)",
     ]
     for registered in ("", _ON_SIMULATED):  # no accelerator here; the simulated one
         code = registered + new + "print(x.is_pinned(), z.sum().item())"
@@ -1048,20 +1057,31 @@ def test_total_memory_and_stand_in_values_that_feed_arithmetic(tmp_path: Path) -
     info = "torch.accelerator.get_memory_info"
     said = "here (a stand-in, not a measurement)"
     body = new.split("def f():\n")[1].splitlines()
+    # A conditional that is a whole value takes no parentheses; a line past 99 characters
+    # is broken at its brackets, as ruff format would.
     assert body == [
         f"    {MARK} without an accelerator `{info}(0)[1]` is 0 {said}",
-        f"    total = ({info}(0)[1] if {guard} else 0)",
+        f"    total = {info}(0)[1] if {guard} else 0",
         "    budget = int(0.8 * total)",
         f"    {MARK} without an accelerator `{info}()` is (0, 0) {said}; the division(s) by "
         "`total_now` below are guarded",
-        f"    free, total_now = ({info}() if {guard} else (0, 0))",
+        "    free, total_now = (",
+        f"        {info}() if {guard} else (0, 0)",
+        "    )",
         "    used = 1 - (free / total_now if total_now else 0.0)",
         f"    {MARK} without an accelerator `torch.accelerator.max_memory_allocated()` is 0 "
         f"{said}; guard what is computed from it",
-        f"    peak = (torch.accelerator.max_memory_allocated() if {guard} else 0) / 2**20",
-        f"    stats = (torch.accelerator.memory_stats() if {guard} else {{}})",
-        '    return budget, used, peak, stats.get("x", 0), '
-        f"(torch.accelerator.memory_allocated() if {guard} else 0)",
+        "    peak = (",
+        f"        torch.accelerator.max_memory_allocated() if {guard} else 0",
+        "    ) / 2**20",
+        f"    stats = torch.accelerator.memory_stats() if {guard} else {{}}",
+        "    return (",
+        "        budget,",
+        "        used,",
+        "        peak,",
+        '        stats.get("x", 0),',
+        f"        (torch.accelerator.memory_allocated() if {guard} else 0),",
+        "    )",
     ]
     done = _child(new + "print(f())", PYTHONPATH="")
     assert (done.returncode, done.stdout) == (0, "(0, 1.0, 0.0, 0, 0)\n"), done.stderr

@@ -22,6 +22,7 @@ from torchdevice.port.choices import FileChoices, is_choice, port_choice
 from torchdevice.port.device_api import port_facade, port_legacy_type
 from torchdevice.port.edits import Edits
 from torchdevice.port.guards import imports_left_unused
+from torchdevice.port.layout import fit_changed
 from torchdevice.port.source import (
     STATIC_REASON,
     UNVERIFIED,
@@ -204,7 +205,7 @@ def port_pin_method(p: Porter, call: ast.Call) -> None:
     receiver = p.src.segment(value)
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
         receiver = f"({receiver})"
-    p.wrap(call, "(", f" if {GUARD} else {receiver})")
+    p.guard(call, receiver)
 
 
 def port_pin_keyword(p: Porter, call: ast.Call) -> None:
@@ -306,11 +307,15 @@ def calls_of(source: Source, entry: PortEntry) -> Iterator[ast.Call]:
             yield call
 
 
-def port_source(text: str, entries: Iterable[PortEntry]) -> tuple[str, tuple[str, ...]]:
+def port_source(
+    text: str, entries: Iterable[PortEntry], *, layout: bool = True
+) -> tuple[str, tuple[str, ...]]:
     """The device-agnostic version of ``text`` and the comments left in it.
 
     ``entries`` are the report's rows for this file; a row whose span matches no call in
-    ``text`` (the file changed since the run) is skipped.
+    ``text`` (the file changed since the run) is skipped. Each line the port made longer
+    than :data:`.layout.WIDTH` is broken at its brackets (``layout=False``: left whole, as
+    the report's advice shows it; the tokens are the same).
     """
     source, choices = read(text)
     porter = Porter(source, choices)
@@ -325,6 +330,8 @@ def port_source(text: str, entries: Iterable[PortEntry]) -> tuple[str, tuple[str
                 porter.note(call, UNVERIFIED)
     imports_left_unused(porter)
     new = apply(source.data, porter.finish())
+    if layout:
+        new = fit_changed(text, new)
     notes = tuple(note for line in sorted(porter.notes) for note in porter.notes[line])
     return new, notes
 

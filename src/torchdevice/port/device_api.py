@@ -63,11 +63,12 @@ def port_facade(p: Edits, api: str, call: ast.Call) -> None:
     elif form == "statement" and p.alone(call):
         indent = p.indent(call.lineno)
         p.insert(p.src.start(call), f"if {GUARD}:\n{indent}    ")
-    elif form in ("guarded", "statement"):
+    elif form == "statement":
         p.wrap(call, "(", f" if {GUARD} else {rewrite.neutral})")
-        if form == "guarded":
-            text = f"{rewrite.target}({p.arguments(call)})"
-            neutral_feeds(p, call, text, rewrite.neutral)
+    elif form == "guarded":
+        p.guard(call, rewrite.neutral)
+        text = f"{rewrite.target}({p.arguments(call)})"
+        neutral_feeds(p, call, text, rewrite.neutral)
 
 
 def port_legacy_type(p: Edits, api: str, call: ast.Call) -> None:
@@ -110,7 +111,8 @@ def _total_memory(p: Edits, call: ast.Call) -> bool:
         p.src.segment(keyword.value) for keyword in call.keywords
     ]
     text = f"torch.accelerator.get_memory_info({', '.join(arguments)})[1]"
-    p.replace(parent, f"({text} if {GUARD} else 0)")
+    bare = p.whole_value(parent)
+    p.replace(parent, f"{text} if {GUARD} else 0" if bare else f"({text} if {GUARD} else 0)")
     neutral_feeds(p, parent, text, "0")
     return True
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from torchdevice.port.source import Edit, Source, apply, comment_lines, merge
-from torchdevice.port.table import DEVICE_EXPRESSION, HELPERS, helper_closure
+from torchdevice.port.table import DEVICE_EXPRESSION, GUARD, HELPERS, helper_closure
 
 __all__ = ["Edits"]
 
@@ -54,6 +54,24 @@ class Edits:
 
     def insert(self, offset: int, text: str) -> None:
         self.edits.append(Edit(offset, offset, text))
+
+    def whole_value(self, node: ast.AST) -> bool:
+        """Whether ``node`` is the whole value of an assignment or a ``return``: a
+        conditional expression put there needs no parentheses of its own (``ruff format``
+        takes them off)."""
+        parent = self.src.parents.get(node)
+        return (
+            isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
+            and parent.value is node
+        )
+
+    def guard(self, node: ast.AST, neutral: str) -> None:
+        """``node`` where there is an accelerator, ``neutral`` elsewhere: a conditional
+        expression, in parentheses unless it is a whole value (:meth:`whole_value`)."""
+        if self.whole_value(node):
+            self.insert(self.src.end(node), f" if {GUARD} else {neutral}")
+        else:
+            self.wrap(node, "(", f" if {GUARD} else {neutral})")
 
     def wrap(self, node: ast.AST, before: str, after: str) -> None:
         self.insert(self.src.start(node), before)

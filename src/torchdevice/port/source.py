@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from torchdevice.port.layout import WIDTH
 from torchdevice.sites import CallSite, Position
 
 __all__ = [
@@ -87,9 +88,9 @@ class PortEntry(Protocol):
     def positions(self) -> tuple[Position, ...]: ...
 
 
-#: The widest line a comment of the port's takes, indentation included (black's 88 would
-#: split most of them; 100 is this project's own width).
-COMMENT_WIDTH = 100
+#: The widest line a comment of the port's takes, indentation included: PEP 8's 99, the
+#: width of the code it writes (:data:`.layout.WIDTH`).
+COMMENT_WIDTH = WIDTH
 #: How a comment's continuation lines start, after the indentation.
 CONTINUED = "#   "
 

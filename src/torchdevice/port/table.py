@@ -289,8 +289,9 @@ class _HostEvent:
 def _device_event(enable_timing=False, blocking=False, interprocess=False):
     """A torch.Event where there is an accelerator; a host-clock stand-in on the CPU."""
     if torch.accelerator.is_available():
-        return torch.Event(enable_timing=enable_timing, blocking=blocking,
-                           interprocess=interprocess)
+        return torch.Event(
+            enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
+        )
     return _HostEvent()
 ''',
     "_HostStream": '''\
