@@ -196,3 +196,13 @@ def test_ruff_finds_no_style_problem_the_port_added(tmp_path: Path) -> None:
         )
         counts.append(sorted(item["code"] for item in json.loads(done.stdout or "[]")))
     assert counts[1] == counts[0], counts
+
+
+def test_a_choice_in_parentheses_of_its_own_leaves_none_behind() -> None:
+    """``chained = (\\n    "cuda" if ... else "cpu"\\n)`` ported: ``chained = device``, not
+    the device in parentheses over three lines (which ruff format would fold back)."""
+    source = 'import torch\nchained = (\n    "cuda" if torch.cuda.is_available() else "cpu"\n)\n'
+    row = _Row(source, "torch.cuda.is_available", "torch.cuda.is_available()", kind="device-api")
+    new, _ = port_source(source, [row])
+    assert new.splitlines()[-1] == "chained = device"
+    assert "(\n" not in new.split("chained")[1]

@@ -236,11 +236,11 @@ def port_choice(p: Edits, choices: FileChoices, call: ast.Call) -> bool:
         if choice.whole_statement:
             p.replace(choice.statement, f"{p.var} = {DEVICE_EXPRESSION}")
         else:
-            p.replace(choice.node, DEVICE_EXPRESSION)
+            p.replace_value(choice.node, DEVICE_EXPRESSION)
     elif choice.whole_statement:
         p.replace(choice.statement, f"{target} = {p.device()}")
     else:
-        p.replace(choice.node, p.device())
+        p.replace_value(choice.node, p.device())
     if choice.strings:
         _compare_types(p, choice)
     return True

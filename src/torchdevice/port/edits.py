@@ -65,6 +65,16 @@ class Edits:
             and parent.value is node
         )
 
+    def replace_value(self, node: ast.AST, text: str) -> None:
+        """Replace ``node``, and the parentheses of its own around it where it is a whole
+        value (``chained = (\n    "cuda" if ... else "cpu"\n)``): ``text`` needs none."""
+        start, end = self.src.start(node), self.src.end(node)
+        before = self.src.data[:start].rstrip()
+        after = self.src.data[end:]
+        if self.whole_value(node) and before.endswith(b"(") and after.lstrip().startswith(b")"):
+            start, end = len(before) - 1, end + len(after) - len(after.lstrip()) + 1
+        self.edits.append(Edit(start, end, text))
+
     def guard(self, node: ast.AST, neutral: str) -> None:
         """``node`` where there is an accelerator, ``neutral`` elsewhere: a conditional
         expression, in parentheses unless it is a whole value (:meth:`whole_value`)."""
