@@ -148,3 +148,35 @@ def test_report_is_the_public_function():
     )
     assert done.stdout.strip() == "True"
     assert not (PACKAGE / "report.py").exists()
+
+
+#: The port package, bottom first: each module may import only those before it, and
+#: nothing of torchdevice outside the package but :data:`PORT_BASE` (issue 37).
+PORT_LAYERS = (
+    "layout",
+    "table",
+    "source",
+    "edits",
+    "guards",
+    "choices",
+    "device_api",
+    "calls",
+    "advice",
+    "patch",
+)
+PORT_BASE = {"torchdevice.sites"}
+
+
+def test_the_port_imports_only_itself_and_the_base():
+    """The report reads the port (its advice), the tools call it (the patch); the port
+    imports neither, nor the redirect: what a line becomes is a function of its text."""
+    graph = _graph()
+    assert set(PORT_LAYERS) == {
+        name.rsplit(".", 1)[1] for name in graph if name.startswith("torchdevice.port.")
+    }
+    for i, layer in enumerate(PORT_LAYERS):
+        allowed = {f"torchdevice.port.{below}" for below in PORT_LAYERS[:i]} | PORT_BASE
+        deps = graph[f"torchdevice.port.{layer}"]
+        assert deps <= allowed, f"{layer} imports {sorted(deps - allowed)}"
+    assert graph["torchdevice.port"] <= {f"torchdevice.port.{name}" for name in PORT_LAYERS}
+    assert "torchdevice.port" in graph["torchdevice.reporting.entries"]
