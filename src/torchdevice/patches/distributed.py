@@ -269,7 +269,10 @@ def _released(original: Callable[..., Any]) -> Callable[..., Any]:
     a reference until the worker let go closes the window without waiting for it (a wait
     after every call cost about 50 us of a 36 us all-reduce, benchmarks/README.md).
     Natively the same window exists; calls with ``async_op=True`` return their work to
-    the caller, who decides when the tensors go.
+    the caller, who decides when the tensors go. The worker's drop still takes the GIL
+    (torch 2.13 gives the Python reference back once the C++ count has fallen to one, after
+    it fell): :meth:`_Held.at_exit` waits for the workers to be idle before the
+    interpreter finalizes (:mod:`torchdevice.patches.gloo_workers`).
     """
 
     @functools.wraps(original)
