@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import torchdevice
 from pristine import REAL_INIT_PROCESS_GROUP, REAL_IS_NCCL_AVAILABLE
 from torchdevice import Host
 from torchdevice.mode import DeviceMode
-from torchdevice.patches import distributed
+from torchdevice.patches import distributed, gloo_workers
 from torchdevice.policy import resolve_backend
 
 CPU, MPS, CUDA = Host.cpu(), Host.mps(), Host.cuda(2)
@@ -291,3 +292,25 @@ def test_a_tensor_gloo_still_holds_is_not_left_to_the_worker(
     distributed.held.at_exit()  # what the exit handler does: wait, then drop
     assert tensor._use_count() == before
     assert not distributed.held
+
+
+def test_the_exit_handler_finds_gloos_workers_idle_after_a_ddp_step(
+    world: Callable[..., None],
+) -> None:
+    """After a DDP step, gloo's worker may still drop the bucket all-reduce's work, which
+    holds the Context torch stashed for the backward: it takes the GIL for it, fatal once
+    the interpreter finalizes (tests/test_gloo_exit.py shows the abort). The exit handler
+    waits, GIL released, until every worker sleeps unchanged across a pause: the workers are
+    found by name, and once they have nothing left the wait ends within a few pauses."""
+    torchdevice.enable()
+    world("nccl")
+    found = gloo_workers.workers()
+    assert found is not None
+    assert found  # ProcessGroupGloo's worker threads, by name
+    model = DDP(nn.Linear(4, 1).cuda())
+    for _ in range(5):
+        model(torch.ones(2, 4, device="cuda")).sum().backward()
+    started = time.monotonic()
+    assert gloo_workers.wait_until_idle(5.0)
+    assert time.monotonic() - started < 2.0
+    assert all(state == "S" for state, _, _ in (gloo_workers.workers() or {}).values())

@@ -23,13 +23,13 @@ pytestmark = pytest.mark.usefixtures("tier")  # both tiers (conftest.py)
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "ddp_nccl.py"
 ON_SIMGPU = SCRIPTS / "on_simgpu.py"
-#: Each launch form runs this many times, every run must exit 0: a rank that aborted at
-#: interpreter exit did so in 2 of 35 loaded runs when issue 19 was filed. Both abort paths
-#: found then are fixed at their root; benchmarks/exit_aborts.py is the measurement, these
-#: runs the guard CI can afford. An abort is seen again, rarely ("terminate called without
-#: an active exception" in a rank of ``torchrun -m torchdevice``: 1 in 20 loaded runs at
-#: ce05bc9, 1 in 12 now, with ``--forms module --jobs 2 --load 2``): open, its cause not
-#: found yet. Until it is, one run per form, still strict (no retry).
+#: Each launch form runs once (CI time), strict: every run must exit 0. A rank that aborted
+#: at interpreter exit did so in 2 of 35 loaded runs when issue 19 was filed. Its three paths
+#: are closed at their root (docs/limitations.md): work queued off the mode stack, tensors
+#: held until gloo's worker lets go, and an exit handler that waits until no gloo worker
+#: can still take the GIL (PyTorch's own race: the Context torch stashes for each backward
+#: rides in DDP's bucket all-reduce). tests/test_gloo_exit.py makes that race happen on
+#: demand; benchmarks/exit_aborts.py is the loaded measurement.
 REPEATS = range(1)
 #: (tier, attempt) of each launch form: the repeats in the default tier, one run in the
 #: entry-points tier (its exit path is the mode's, less the mode: CI time kept in check).

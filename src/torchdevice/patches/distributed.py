@@ -47,6 +47,7 @@ from torch.overrides import _pop_mode, _push_mode
 
 from torchdevice import ledger, nccl_forms
 from torchdevice.compiling import is_compiling
+from torchdevice.patches import gloo_workers
 from torchdevice.policy import resolve_backend
 from torchdevice.runtime import Runtime, active
 
@@ -147,7 +148,8 @@ def off_the_stack() -> Iterator[None]:
             _push_mode(entry)  # type: ignore[no-untyped-call]
 
 
-#: How long the exit handler waits for gloo's workers to let go of the tensors held.
+#: How long the exit handler waits for gloo's workers to let go of the tensors held, and
+#: then for them to be idle.
 _RELEASE_WAIT_S = 2.0
 #: Held tensors past which a call waits for the oldest to be let go (a bound on memory).
 _HELD_MAX = 64
@@ -172,9 +174,10 @@ class _Held:
     until then, so that the worker's drop is never a tensor's last reference.
 
     Let go of at the next synchronous collective, or at exit (:meth:`at_exit`, an
-    ``atexit`` handler registered with the first tensor held, before the interpreter
-    finalizes: it waits, bounded, for the workers and then drops them in the main thread).
-    A forked child drops what its parent held without waiting: the workers are not there.
+    ``atexit`` handler registered with the first process group or tensor held, before the
+    interpreter finalizes: it waits, bounded, for the workers and then drops them in the
+    main thread). A forked child drops what its parent held without waiting: the workers
+    are not there.
     """
 
     def __init__(self) -> None:
@@ -196,11 +199,7 @@ class _Held:
         """Let go of what the workers released; keep ``still`` (tensors a worker holds now,
         each with the use count it returns to)."""
         with self._lock:
-            if self._pid != os.getpid():
-                if not self._pid:
-                    atexit.register(self.at_exit)
-                self._pid = os.getpid()
-                self._tensors.clear()  # a forked child's: its workers are not here
+            self._claim()
             kept = [
                 (tensor, count)
                 for tensor, count in self._tensors
@@ -212,6 +211,22 @@ class _Held:
                 del kept[: len(kept) - _HELD_MAX]
             self._tensors = kept
 
+    def watch(self) -> None:
+        """Make sure :meth:`at_exit` runs in this process: called when a process group is
+        made, since DDP's own work leaves the workers something to drop (see
+        :mod:`torchdevice.patches.gloo_workers`) even when no tensor is ever held."""
+        with self._lock:
+            self._claim()
+
+    def _claim(self) -> None:
+        """Register the exit handler once; forget a parent's tensors in a forked child
+        (its workers are not here). Called with the lock held."""
+        if self._pid != os.getpid():
+            if not self._pid:
+                atexit.register(self.at_exit)
+            self._pid = os.getpid()
+            self._tensors.clear()
+
     @staticmethod
     def _wait(entries: list[tuple[torch.Tensor, int]]) -> None:
         """Wait (bounded, yielding the GIL) for the workers to let go of ``entries``."""
@@ -221,10 +236,15 @@ class _Held:
                 time.sleep(0.0005)
 
     def at_exit(self) -> None:
-        """Before the interpreter finalizes: wait for the workers, then drop everything."""
+        """Before the interpreter finalizes: wait for the workers to let go of the tensors
+        held, then until none of them can still take the GIL (a tensor's Python object is
+        given back after its count has fallen; DDP's works hold torch's own Python
+        objects: :func:`~torchdevice.patches.gloo_workers.wait_until_idle`), then drop
+        everything in the main thread."""
         with self._lock:
             if self._pid == os.getpid():
                 self._wait(self._tensors)
+                gloo_workers.wait_until_idle(_RELEASE_WAIT_S)
             self._tensors.clear()
 
 
@@ -249,7 +269,10 @@ def _released(original: Callable[..., Any]) -> Callable[..., Any]:
     a reference until the worker let go closes the window without waiting for it (a wait
     after every call cost about 50 us of a 36 us all-reduce, benchmarks/README.md).
     Natively the same window exists; calls with ``async_op=True`` return their work to
-    the caller, who decides when the tensors go.
+    the caller, who decides when the tensors go. The worker's drop still takes the GIL
+    (torch 2.13 gives the Python reference back once the C++ count has fallen to one, after
+    it fell): :meth:`_Held.at_exit` waits for the workers to be idle before the
+    interpreter finalizes (:mod:`torchdevice.patches.gloo_workers`).
     """
 
     @functools.wraps(original)
@@ -334,6 +357,7 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
             )
         with off_the_stack():
             result = original(*bound.args, **bound.kwargs)
+        held.watch()  # its workers are waited for at exit
         _mark_nccl(api, backend, bound.arguments.get("backend"), result)
         return result
 
