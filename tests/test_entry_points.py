@@ -20,9 +20,9 @@ from torch.overrides import _get_current_function_mode_stack
 import torchdevice
 from childenv import clean_env
 from pristine import torch_is_pristine
-from torchdevice import entry_points, standing
 from torchdevice.host import Host
-from torchdevice.intercepts import build_table
+from torchdevice.redirecting import entry_points, standing
+from torchdevice.redirecting.intercepts import build_table
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() or torch.backends.mps.is_available(),

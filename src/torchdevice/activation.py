@@ -21,17 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import ledger, mode, patches, program
-from torchdevice import runtime as runtime_module
-from torchdevice.fallback import Fallback
+from torchdevice import ledger, patches, program
 from torchdevice.host import HOST_KINDS, Host, HostChoice, forced_host, probe_host
 from torchdevice.logs import configure_logging, logger
 from torchdevice.patches import threads
+from torchdevice.redirecting import mode
+from torchdevice.redirecting import runtime as runtime_module
+from torchdevice.redirecting.fallback import Fallback
+from torchdevice.redirecting.runtime import Runtime
 from torchdevice.reporting import MigrationReport
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 from torchdevice.reporting.recorder import Recorder
-from torchdevice.runtime import Runtime
 from torchdevice.settings import ENV_VARS, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def _resolve_host(setting: Host | HostChoice | None) -> Host:
 
 
 def current_runtime() -> Runtime | None:
-    """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
+    """The active runtime, or ``None`` while disabled
+    (:func:`torchdevice.redirecting.runtime.active`)."""
     return runtime_module.active()
 
 

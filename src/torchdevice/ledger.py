@@ -95,7 +95,7 @@ class Spot:
     """A spot an installer changes: ``what`` as its :class:`Change` says, and ``read``,
     which returns what is there now (``None``: nothing outside torchdevice to read back,
     the ledger is the only record). ("Place" is the runtime's word for deciding where a
-    device request goes: :meth:`torchdevice.runtime.Runtime.place`.)"""
+    device request goes: :meth:`torchdevice.redirecting.runtime.Runtime.place`.)"""
 
     what: str
     read: Callable[[], object] | None

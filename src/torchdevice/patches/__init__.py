@@ -17,7 +17,7 @@ One module per family of changes:
 * :mod:`~torchdevice.patches.net`: allocation kernels on the dispatch keys this build of
   torch lacks (what the mode cannot see);
 * :mod:`~torchdevice.patches.distributed`: ``torch.distributed`` written for NCCL on the
-  backend the host has (with :mod:`torchdevice.nccl_forms`);
+  backend the host has (with :mod:`torchdevice.patches.nccl_forms`);
 * :mod:`~torchdevice.patches.data_parallel`: ``nn.DataParallel`` as on a one-GPU machine;
 * :mod:`~torchdevice.patches.data_loader`: no pin-memory thread where nothing can be pinned.
 
@@ -45,8 +45,8 @@ from torchdevice.patches import calls, net, threads, warning_hooks
 from torchdevice.settings import ENV_VARS
 
 if TYPE_CHECKING:
+    from torchdevice.redirecting.runtime import Runtime
     from torchdevice.reporting import MigrationReport
-    from torchdevice.runtime import Runtime
 
 __all__ = ["ENV_GROUP", "INSTALL_ORDER", "Activation", "Patch", "install", "installed", "spots"]
 
@@ -197,10 +197,10 @@ def _facade_spots() -> tuple[ledger.Spot, ...]:
 
 
 def _install_entry_points(activation: Activation) -> None:
-    """The entry-points tier's wrappers (:mod:`torchdevice.entry_points`), for the table of
-    the host in force: after the facades, which let dynamo build its table of torch
+    """The entry-points tier's wrappers (:mod:`torchdevice.redirecting.entry_points`), for the table
+    of the host in force: after the facades, which let dynamo build its table of torch
     functions from the real ones first."""
-    from torchdevice import entry_points  # noqa: PLC0415 - only this tier needs it
+    from torchdevice.redirecting import entry_points  # noqa: PLC0415 - only this tier needs it
 
     if _uses_the_mode(activation):
         ledger.undo(entry_points.GROUP)
@@ -210,7 +210,7 @@ def _install_entry_points(activation: Activation) -> None:
 
 
 def _entry_point_spots() -> tuple[ledger.Spot, ...]:
-    from torchdevice import entry_points  # noqa: PLC0415 - only the pristine check asks
+    from torchdevice.redirecting import entry_points  # noqa: PLC0415 - only the pristine check asks
 
     return entry_points.spots()
 

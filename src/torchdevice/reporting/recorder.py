@@ -18,7 +18,7 @@ from torchdevice.sites import CallSite, Position, position_of, site_of
 if TYPE_CHECKING:
     from types import FrameType
 
-    from torchdevice.policy import Decision
+    from torchdevice.redirecting.policy import Decision
 
 __all__ = ["Recorder", "api_name"]
 

@@ -1,14 +1,14 @@
-"""The handlers of the function mode's table (:mod:`torchdevice.intercepts`): how each
+"""The handlers of the function mode's table (:mod:`torchdevice.redirecting.intercepts`): how each
 device-taking torch function's device is rewritten.
 
-Each handler receives the current :class:`~torchdevice.runtime.Runtime`, the function and
-its arguments, places the request on the runtime's one path
-(:meth:`~torchdevice.runtime.Runtime.place`, with its pin and float64 rules), and calls
+Each handler receives the current :class:`~torchdevice.redirecting.runtime.Runtime`, the function
+and its arguments, places the request on the runtime's one path
+(:meth:`~torchdevice.redirecting.runtime.Runtime.place`, with its pin and float64 rules), and calls
 the function with the device the policy decided; what the result stands for is marked by
-:mod:`torchdevice.standing`. Handlers may update ``kwargs`` in place: torch hands each
+:mod:`torchdevice.redirecting.standing`. Handlers may update ``kwargs`` in place: torch hands each
 ``__torch_function__`` call a dict of its own, and the mode passes ``{}`` when there is
 none. The table of which function goes to which handler, and why, is
-:func:`torchdevice.intercepts.build_table`.
+:func:`torchdevice.redirecting.intercepts.build_table`.
 """
 
 from __future__ import annotations
@@ -19,18 +19,16 @@ from typing import Any
 
 import torch
 
-from torchdevice import callsite
-from torchdevice.compiling import compiler, is_tracing
-from torchdevice.policy import (
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting.compiling import compiler, is_tracing
+from torchdevice.redirecting.policy import (
     GOVERNED_TYPES,
     Standing,
     draws_on_generator,
     is_inplace,
 )
-from torchdevice.reporting.recorder import api_name
-from torchdevice.runtime import Runtime
-from torchdevice.sites import origin
-from torchdevice.standing import (
+from torchdevice.redirecting.runtime import Runtime
+from torchdevice.redirecting.standing import (
     READ_CPU,
     device_object,
     mark,
@@ -39,6 +37,8 @@ from torchdevice.standing import (
     requested,
     standing_of,
 )
+from torchdevice.reporting.recorder import api_name
+from torchdevice.sites import origin
 
 __all__ = [
     "DATA_FACTORIES",
@@ -96,7 +96,7 @@ def _drop_pin(
 #: Factories whose data argument has copy rules of its own (the entry-points tier sends
 #: them to the handler's full path).
 DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
-# torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
+# torch's own, bound once: while torchdevice.redirecting.entry_points wraps them, torch.as_tensor is
 # the wrapper, and the handler is handed the original.
 _AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
 
@@ -317,8 +317,9 @@ def _rewrite_to_args(
     """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``.
 
     Also returns what the requested device stands for (``None``: no device requested, or
-    one the policy does not govern), for the copy semantics of :mod:`torchdevice.standing`.
-    ``Module.to`` (``first == 0``: ``_parse_to``) is reported past overrides of ``to``.
+    one the policy does not govern), for the copy semantics of
+    :mod:`torchdevice.redirecting.standing`. ``Module.to`` (``first == 0``: ``_parse_to``) is
+    reported past overrides of ``to``.
     """
     method = "to" if first == 0 else None
     if "device" in kwargs:
@@ -343,7 +344,7 @@ def tensor_to(
 
     A transfer to where the tensor already stands returns it; one between host and
     device gives an independent copy, even where both land on one real device
-    (:mod:`torchdevice.standing`).
+    (:mod:`torchdevice.redirecting.standing`).
     """
     source = args[0]
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 1)
@@ -393,7 +394,7 @@ def parse_to(
     ``DeviceDtypeModuleMixin``): the device as written, placed where each ``.to()`` uses
     it (docs/policy.md, device objects). The ``"cpu:-1"`` override, which torch cannot
     parse, gives the decided device, keeping what it stood for
-    (:func:`~torchdevice.standing.device_object`).
+    (:func:`~torchdevice.redirecting.standing.device_object`).
     """
     request = kwargs.get("device", args[0] if args else None)
     if request is READ_CPU:  # Module.to(t.device) of a tensor on the CPU: where t is
@@ -588,7 +589,7 @@ def tensor_device(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Tensor.device`` on accelerator hosts: a tensor really on the CPU reads
-    :data:`~torchdevice.standing.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
+    :data:`~torchdevice.redirecting.standing.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
     is, as natively, instead of on the accelerator an explicit ``"cpu"`` is sent to."""
     device = func(*args)
     if device.type == "cpu" and not is_tracing():

@@ -113,8 +113,8 @@ def past_overrides(frame: FrameType | None, method: str) -> FrameType | None:
 
 
 #: The code through which torch calls enter torchdevice: the function mode's
-#: ``__torch_function__`` first (set by :mod:`torchdevice.mode`), then the entry-points
-#: tier's wrappers (:mod:`torchdevice.entry_points`). Everything below such a frame is
+#: ``__torch_function__`` first (set by :mod:`torchdevice.redirecting.mode`), then the entry-points
+#: tier's wrappers (:mod:`torchdevice.redirecting.entry_points`). Everything below such a frame is
 #: torchdevice's own handler code; the frame above it called torch.
 _entry: tuple[CodeType, ...] = ()
 _mode_entry: tuple[CodeType, ...] = ()

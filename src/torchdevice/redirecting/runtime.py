@@ -9,7 +9,7 @@ Every request is placed on one path: :meth:`Runtime.place` (decide, count the re
 the user's line, return the device and what the request stands for) over
 :meth:`Runtime.resolve` (the toggle) over :meth:`Runtime.lookup` (the one read of the
 decision cache). While dynamo traces, none of that is traced: decisions reach the graph as
-constants computed at trace time by :mod:`torchdevice.compiling`, which reads the same
+constants computed at trace time by :mod:`torchdevice.redirecting.compiling`, which reads the same
 cache through :meth:`Runtime.lookup`.
 
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
@@ -29,17 +29,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import callsite, compiling
-from torchdevice.compiling import Resolved, compiler, is_compiling, is_tracing
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
-from torchdevice.policy import Decision, DeviceSpec, PolicyState, Standing, decide, has_float64
-from torchdevice.policy import pins as pins_rule
+from torchdevice.redirecting import callsite, compiling
+from torchdevice.redirecting.compiling import Resolved, compiler, is_compiling, is_tracing
+from torchdevice.redirecting.policy import (
+    Decision,
+    DeviceSpec,
+    PolicyState,
+    Standing,
+    decide,
+    has_float64,
+)
+from torchdevice.redirecting.policy import pins as pins_rule
+from torchdevice.redirecting.standing import READ_CPU, requested
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder, api_name
 from torchdevice.sites import site_of
-from torchdevice.standing import READ_CPU, requested
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from types import FrameType
@@ -59,7 +66,7 @@ class Runtime:
 
     def __init__(self, host: Host, settings: Settings, recorder: Recorder | None = None) -> None:
         #: This runtime's number in the process: compiled code names the runtime by it
-        #: and guards on it (:func:`torchdevice.compiling.register`).
+        #: and guards on it (:func:`torchdevice.redirecting.compiling.register`).
         self.serial = compiling.register(self)
         self.host = host
         self.settings = settings
@@ -73,10 +80,10 @@ class Runtime:
         self._lock = threading.Lock()
         #: The function mode's table (function -> handler; ``intercepts.build_table``)
         #: and its distinct handlers, owned here and set once by :meth:`use_table`: every
-        #: :class:`~torchdevice.mode.DeviceMode` serving this runtime reads this table, and
-        #: compiled code looks handlers up here by index
-        #: (:func:`~torchdevice.compiling.traced_slot`), so a graph guards on this runtime,
-        #: which later activations with the same host and settings reuse.
+        #: :class:`~torchdevice.redirecting.mode.DeviceMode` serving this runtime reads this table,
+        #: and compiled code looks handlers up here by index
+        #: (:func:`~torchdevice.redirecting.compiling.traced_slot`), so a graph guards on this
+        #: runtime, which later activations with the same host and settings reuse.
         self.table: Mapping[Callable[..., Any], Callable[..., Any]] = {}
         self.handlers: tuple[Callable[..., Any], ...] = ()
         #: The decision cache, keyed by (type, request): read only by :meth:`lookup`.
@@ -158,7 +165,7 @@ class Runtime:
         with the ``cpu:-1`` toggle applied.
 
         While dynamo traces, the answer is a constant of the graph instead
-        (:func:`~torchdevice.compiling.resolve_traced`).
+        (:func:`~torchdevice.redirecting.compiling.resolve_traced`).
         """
         if is_tracing():
             return compiling.resolve_traced(self, request)
@@ -251,15 +258,15 @@ class Runtime:
         lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
         torch compiles, nor with ``report=False`` for torch's own calls), and return the
         ``torch.device`` to use. The compile check is asked here only: callers read the
-        standing (:func:`~torchdevice.standing.requested`: a remembered device object's,
+        standing (:func:`~torchdevice.redirecting.standing.requested`: a remembered device object's,
         else its parsed value's) instead of asking again. ``api`` names the call in the
-        report, and the path from the mode to here (:func:`~torchdevice.callsite.caller`).
-        ``report``, ``method`` and ``where`` are not keyword-only: Python 3.11 specialises
-        calls of functions without keyword-only parameters (``CALL_PY_WITH_DEFAULTS``),
-        and this is the hot path of every redirect. ``method`` names the ``Module`` method
-        the request came through (``"cuda"``, ``"to"``): overrides of it that call
-        ``super()`` are skipped, so the row lands where the user called it
-        (:func:`~torchdevice.callsite.past_overrides`). ``where`` finds the user's frame
+        report, and the path from the mode to here
+        (:func:`~torchdevice.redirecting.callsite.caller`). ``report``, ``method`` and ``where`` are
+        not keyword-only: Python 3.11 specialises calls of functions without keyword-only parameters
+        (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of every redirect. ``method`` names
+        the ``Module`` method the request came through (``"cuda"``, ``"to"``): overrides of it that
+        call ``super()`` are skipped, so the row lands where the user called it
+        (:func:`~torchdevice.redirecting.callsite.past_overrides`). ``where`` finds the user's frame
         instead, for a caller that is not below the mode or a wrapper (the dispatcher's
         kernels of :mod:`torchdevice.patches.net`); it runs only when there is a row.
         """
@@ -300,7 +307,7 @@ class Runtime:
     def pins(self, device_type: str | None) -> bool:
         """Whether ``pin_memory=True`` can mean anything on this host for a tensor on
         ``device_type`` (``None``: not known yet): the pin-memory rule
-        (:func:`torchdevice.policy.pins`)."""
+        (:func:`torchdevice.redirecting.policy.pins`)."""
         return pins_rule(self.host, device_type)
 
     def narrow_float64(

@@ -27,8 +27,8 @@ Two questions, each asked one way in the whole package:
   Python): three Python calls where one will do. Measured with callgrind on the redirected
   factory and ``Tensor.to`` paths, that call was several hundred instructions of each
   (benchmarks/README.md). The paths that run on every call (:meth:`Runtime.place
-  <torchdevice.runtime.Runtime.place>`, the facades' call counter, the entry-points
-  tier's wrappers, :mod:`torchdevice.standing`) inline its body, spelled the same::
+  <torchdevice.redirecting.runtime.Runtime.place>`, the facades' call counter, the entry-points
+  tier's wrappers, :mod:`torchdevice.redirecting.standing`) inline its body, spelled the same::
 
       if is_tracing() or compiler._is_compiling_flag: ...
 
@@ -38,9 +38,9 @@ Two questions, each asked one way in the whole package:
   while dynamo compiles or ``torch.export`` traces sees the flag, which torch holds True
   for that time. ``tests/test_compiling.py`` checks both agree with torch's.
 
-A redirected request asks once: :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`
-answers ``None`` for what it stands for while compiling, and the marks that follow skip a
-``None``.
+A redirected request asks once: :meth:`Runtime.place
+<torchdevice.redirecting.runtime.Runtime.place>` answers ``None`` for what it stands for while
+compiling, and the marks that follow skip a ``None``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
-from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState
+from torchdevice.redirecting.policy import Action, Decision, DeviceSpec, PolicyState
 
 if TYPE_CHECKING:
     from torchdevice.reporting import EventKind
@@ -117,7 +117,7 @@ Resolved = tuple[Decision, torch.device, "EventKind | None"]
 
 
 class TracedRuntime(Protocol):
-    """What compiled code reads of a runtime (:class:`torchdevice.runtime.Runtime`): its
+    """What compiled code reads of a runtime (:class:`torchdevice.redirecting.runtime.Runtime`): its
     serial number, its function table and handlers, its decisions and devices."""
 
     serial: int
@@ -191,8 +191,8 @@ _Flat = tuple[
 
 
 def resolve_traced(runtime: TracedRuntime, request: object) -> Resolved:
-    """:meth:`Runtime.resolve <torchdevice.runtime.Runtime.resolve>` while dynamo traces:
-    a constant the graph is specialised on.
+    """:meth:`Runtime.resolve <torchdevice.redirecting.runtime.Runtime.resolve>` while dynamo
+    traces: a constant the graph is specialised on.
 
     Dynamo runs :func:`_traced_resolution` eagerly at trace time instead of tracing it,
     and guards only on what the answer depends on: the runtime (by its serial), the CPU
@@ -244,8 +244,8 @@ def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Fla
 
 
 def traced_device(runtime: TracedRuntime, spec: DeviceSpec) -> torch.device:
-    """:meth:`Runtime.torch_device <torchdevice.runtime.Runtime.torch_device>` while dynamo
-    traces: a constant, computed eagerly (guards: the runtime's serial and the spec)."""
+    """:meth:`Runtime.torch_device <torchdevice.redirecting.runtime.Runtime.torch_device>` while
+    dynamo traces: a constant, computed eagerly (guards: the runtime's serial and the spec)."""
     return _traced_device(runtime.serial, spec.type, spec.index)
 
 

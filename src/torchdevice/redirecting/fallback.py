@@ -35,9 +35,9 @@ from typing import Any, Final, NamedTuple
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from torchdevice.policy import is_inplace
+from torchdevice.redirecting.policy import is_inplace
+from torchdevice.redirecting.runtime import Runtime
 from torchdevice.reporting.recorder import api_name
-from torchdevice.runtime import Runtime
 
 __all__ = [
     "CAPABILITY_ERRORS",

@@ -77,7 +77,7 @@ GOVERNED_TYPES = frozenset(HOST_KINDS)
 _DEVICE_STRING = re.compile(r"(?P<type>[a-zA-Z_][a-zA-Z0-9_]*)(?::(?P<index>0|-1|[1-9][0-9]*))?")
 
 #: ``to-cpu``: a CUDA or MPS request on a CPU-only host. Not called "fallback", which is
-#: the word for an op rerun on the CPU (:mod:`torchdevice.fallback`).
+#: the word for an op rerun on the CPU (:mod:`torchdevice.redirecting.fallback`).
 Action = Literal["unchanged", "redirect", "to-cpu", "default", "override"]
 #: What a tensor means to the code that made it: host memory, or an accelerator's.
 Standing = Literal["host", "device"]
