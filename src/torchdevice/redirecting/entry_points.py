@@ -218,8 +218,9 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
     """A factory (``factory``/``explicit_factory`` handler) with its common calls inlined.
 
     A device-less call is native where device-less factories stay put (a CPU-only host),
-    and placed here where they go to the accelerator, unless a rule of the handler's
-    applies (``out=``, a generator, pinning, float64 on MPS). A call whose ``device=`` has
+    and placed by ``Runtime.place`` (the request ``None``) where they go to the
+    accelerator, unless a rule of the handler's applies (``out=``, a generator, pinning,
+    float64 on MPS): then the handler places it. A call whose ``device=`` has
     a cached decision is placed here: the device swapped in, the call site counted at the
     caller's frame (one frame read when the caller is user code), the result's storage
     marked for the copy semantics (:mod:`torchdevice.redirecting.standing`), as the handler does.
@@ -251,8 +252,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 or (_busy and _get_ident() in _busy)
                 or _all_disabled()
             ):
-                kwargs["device"] = default
-                return mark_placed(original(*args, **kwargs), "host")
+                _, kwargs["device"], wanted = rt.place(None, original)  # where they land
+                return mark_placed(original(*args, **kwargs), wanted)
         elif not (
             rt.float64_device is not None
             or "pin_memory" in kwargs

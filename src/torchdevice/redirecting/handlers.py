@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from torchdevice.redirecting import callsite
-from torchdevice.redirecting.compiling import compiler, is_tracing
+from torchdevice.redirecting.compiling import is_tracing
 from torchdevice.redirecting.policy import (
     GOVERNED_TYPES,
     Standing,
@@ -31,7 +31,6 @@ from torchdevice.redirecting.runtime import Runtime
 from torchdevice.redirecting.standing import (
     READ_CPU,
     device_object,
-    mark,
     mark_placed,
     moved,
     requested,
@@ -144,7 +143,10 @@ def _inferred_float64(
 def factory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """A constructor (``torch.zeros``...): rewrite ``device=``; place device-less calls."""
+    """A constructor (``torch.zeros``...): its device placed by the runtime
+    (:meth:`~torchdevice.redirecting.runtime.Runtime.place`), the one given in ``device=``
+    or, for a call without one, the request ``None``: where device-less factories land on
+    this host (natively a host tensor; here on the accelerator, standing for the host)."""
     request = kwargs.get("device")
     if request is None:
         default = rt.default_device
@@ -154,29 +156,20 @@ def factory(
             return func(*args, **kwargs)
         generator = kwargs.get("generator")
         if generator is not None and draws_on_generator(generator.device.type, default.type):
-            return _drawn_then_moved(rt, func, args, kwargs, generator.device, default)
-        kwargs["device"] = default
-        _drop_pin(rt, default, kwargs, func)
-        if rt.float64_device is not None:
-            _factory_dtype(rt, func, args, kwargs)
-            result = _inferred_float64(rt, func, kwargs, lambda: func(*args, **kwargs))
-        else:
-            result = func(*args, **kwargs)
-        # Natively a host tensor; here on the accelerator: it stands for the host.
-        if is_tracing() or compiler._is_compiling_flag:  # asked once: no place() here
-            return result
-        return mark_placed(result, "host")
-    # An explicit device (explicit_factory's too).
+            return _drawn_then_moved(rt, func, args, kwargs, generator.device)
     _, device, wanted = rt.place(request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs, func)
+    from_data = request is not None and func in DATA_FACTORIES and bool(args)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
-        if func in DATA_FACTORIES and args:
+        if from_data:
             call = functools.partial(_from_data, func, args, kwargs, wanted)
-            return _inferred_float64(rt, func, kwargs, call)
-    if func in DATA_FACTORIES and args:
+        else:
+            call = functools.partial(func, *args, **kwargs)
+        return mark_placed(_inferred_float64(rt, func, kwargs, call), wanted)
+    if from_data:
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
     return mark_placed(result, wanted)
@@ -232,23 +225,24 @@ def _drawn_then_moved(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     source: torch.device,
-    target: torch.device,
 ) -> torch.Tensor:
     """A device-less factory given a generator of another device (a CPU one, typically).
 
     A generator only draws on its own device, so the values are drawn there — the very
     numbers a native run draws — and the tensor then moves to where device-less factories
-    land, so it meets the rest of the program's tensors (the model, other data) on one
-    device. A leaf asked for with ``requires_grad=True`` stays a leaf.
+    land (the runtime's place for the request ``None``), so it meets the rest of the
+    program's tensors (the model, other data) on one device. A leaf asked for with
+    ``requires_grad=True`` stays a leaf.
     """
     requires_grad = bool(kwargs.pop("requires_grad", False))
     kwargs.pop("pin_memory", None)  # the result lives on the accelerator: nothing to pin
     kwargs["device"] = source
     drawn: torch.Tensor = func(*args, **kwargs)
+    _, target, wanted = rt.place(None, func)
     dtype = drawn.dtype
     if rt.float64_device is not None:
         dtype = rt.narrow_float64(func, target, dtype)
-    result = mark(drawn.to(target, dtype), "host")  # a device-less factory's result
+    result = mark_placed(drawn.to(target, dtype), wanted)  # a device-less factory's result
     return result.requires_grad_() if requires_grad else result
 
 

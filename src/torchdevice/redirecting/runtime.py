@@ -8,14 +8,17 @@ dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 Every request is placed on one path: :meth:`Runtime.place` (decide, count the redirect at
 the user's line, return the device and what the request stands for) over
 :meth:`Runtime.resolve` (the toggle) over :meth:`Runtime.lookup` (the one read of the
-decision cache). While dynamo traces, none of that is traced: decisions reach the graph as
-constants computed at trace time by :mod:`torchdevice.redirecting.compiling`, which reads the same
-cache through :meth:`Runtime.lookup`.
+decision cache). A factory called without a device is the request ``None``: where
+device-less factories land (:attr:`Runtime.default_device` on an accelerator host, standing
+for the host). While dynamo traces, none of that is traced: decisions reach the graph as
+constants computed at trace time by :mod:`torchdevice.redirecting.compiling`, which reads
+the same cache through :meth:`Runtime.lookup`.
 
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
-path in its factory and ``Tensor.to`` wrappers (``entry_points._counted``), because the
-extra Python call cost it 1.9 % more instructions per redirected ``torch.zeros`` (commit
-2879ba0). ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike``
+path for an explicit device in its factory and ``Tensor.to`` wrappers
+(``entry_points._counted``), because an extra Python call on the redirected factory costs
+more than that tier's instruction budget allows (benchmarks/README.md, "One placement
+path"). ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike``
 runs every kind of request through both tiers and compares devices, standings and rows.
 """
 
@@ -55,6 +58,9 @@ if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable
 
 __all__ = ["Resolved", "Runtime", "active", "set_active"]
 
+#: Why a device-less factory stays on the CPU (the decision of the request ``None``).
+_DEFAULT_STAYS = "device-less factories stay on the CPU here"
+
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE = torch.device
 with torch._C.DisableTorchFunction():  # torch.device itself reaches function modes
@@ -93,7 +99,8 @@ class Runtime:
         # The decision-shaped record of each device-module API the facades answered.
         self._api_decisions: dict[str, Decision] = {}
         accelerator = host.accelerator
-        #: Where factories called without a device go; ``None`` leaves them alone.
+        #: Where factories called without a device go; ``None`` leaves them alone. The
+        #: device of :meth:`place`'s answer for the request ``None`` where it is not ``None``.
         self.default_device: torch.device | None = (
             None if accelerator is None else self.torch_device(decide(None, host).device)
         )
@@ -197,16 +204,12 @@ class Runtime:
 
         A ``cpu:-1`` toggle is never cached: each request flips the override again.
         """
-        try:
-            decision = decide(request, self.host, self._state, self._extra_types)
-        except DeviceRequestError:
-            # A backend registered since this activation began (a renamed PrivateUse1)
-            # is a valid device type too: learn its name and decide again.
-            name = torch._C._get_privateuse1_backend_name()
-            if name in self._extra_types:
-                raise
-            self._extra_types = self._extra_types | {name}
-            decision = decide(request, self.host, self._state, self._extra_types)
+        if request is None and self.default_device is None:
+            # Device-less factories stay on the CPU: a CPU-only host (the policy's answer
+            # too) or a process that keeps its host requests (:meth:`keep_host_requests`).
+            decision = Decision(DeviceSpec("cpu", 0), None, "default", _DEFAULT_STAYS)
+        else:
+            decision = self._decide_policy(request)
         device = self.torch_device(decision.device)
         resolved = (decision, device, _report_kind(decision))
         if logger.isEnabledFor(logging.DEBUG):  # once per distinct request: it is cached
@@ -217,6 +220,21 @@ class Runtime:
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
                 self.decisions[key] = resolved
         return resolved
+
+    def _decide_policy(self, request: object) -> Decision:
+        """The policy's decision for ``request``, learning a backend registered since this
+        activation began (a renamed PrivateUse1) when the policy does not know its name."""
+        try:
+            decision = decide(request, self.host, self._state, self._extra_types)
+        except DeviceRequestError:
+            # A backend registered since this activation began (a renamed PrivateUse1)
+            # is a valid device type too: learn its name and decide again.
+            name = torch._C._get_privateuse1_backend_name()
+            if name in self._extra_types:
+                raise
+            self._extra_types = self._extra_types | {name}
+            decision = decide(request, self.host, self._state, self._extra_types)
+        return decision
 
     def torch_device(self, spec: DeviceSpec) -> torch.device:
         """``spec`` as a ``torch.device`` (built once per spec).
@@ -254,21 +272,25 @@ class Runtime:
         for (``None`` while torch compiles: marks are for eager tensors), reported when it
         moved.
 
-        The one placement path of every intercept, wrapper and kernel: resolve (one cached
-        lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
-        torch compiles, nor with ``report=False`` for torch's own calls), and return the
-        ``torch.device`` to use. The compile check is asked here only: callers read the
-        standing (:func:`~torchdevice.redirecting.standing.requested`: a remembered device object's,
-        else its parsed value's) instead of asking again. ``api`` names the call in the
-        report, and the path from the mode to here
-        (:func:`~torchdevice.redirecting.callsite.caller`). ``report``, ``method`` and ``where`` are
-        not keyword-only: Python 3.11 specialises calls of functions without keyword-only parameters
-        (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of every redirect. ``method`` names
-        the ``Module`` method the request came through (``"cuda"``, ``"to"``): overrides of it that
-        call ``super()`` are skipped, so the row lands where the user called it
-        (:func:`~torchdevice.redirecting.callsite.past_overrides`). ``where`` finds the user's frame
-        instead, for a caller that is not below the mode or a wrapper (the dispatcher's
-        kernels of :mod:`torchdevice.patches.net`); it runs only when there is a row.
+        The one placement path of every intercept, wrapper and kernel (the entry-points
+        tier's inlined copy for an explicit device is named in the module's docstring), a
+        device-less factory's too (``request`` ``None``): resolve (one cached lookup), count
+        a redirect or a ``cpu:-1`` override at the user's line (not while torch compiles,
+        nor with ``report=False`` for torch's own calls), and return the ``torch.device`` to
+        use. Callers do not ask the compile check again: they read the standing
+        (:func:`~torchdevice.redirecting.standing.requested`: a remembered device object's,
+        else its parsed value's), ``None`` while torch compiles. ``api`` names the call in
+        the report, and the path from the mode to here
+        (:func:`~torchdevice.redirecting.callsite.caller`). ``report``, ``method`` and
+        ``where`` are not keyword-only: Python 3.11 specialises calls of functions without
+        keyword-only parameters (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of
+        every redirect. ``method`` names the ``Module`` method the request came through
+        (``"cuda"``, ``"to"``): overrides of it that call ``super()`` are skipped, so the
+        row lands where the user called it
+        (:func:`~torchdevice.redirecting.callsite.past_overrides`). ``where`` finds the
+        user's frame instead, for a caller that is not below the mode or a wrapper (the
+        dispatcher's kernels of :mod:`torchdevice.patches.net`); it runs only when there is
+        a row.
         """
         if is_tracing() or compiler._is_compiling_flag:  # compiling: nothing recorded
             decision, device, _ = self.resolve(request)
