@@ -249,7 +249,7 @@ def test_torch_compile_inductor_redirected_model():
 
 
 def test_the_mode_is_reentrant_with_nested_with_blocks():
-    """``with m: with m:`` pushes twice and pops twice (the stack keeps each entry)."""
+    """``with m: with m:`` pushes twice and pops twice (the stack keeps each push)."""
     from torchdevice.activation import _resolve_host
     from torchdevice.redirecting.runtime import Runtime
     from torchdevice.settings import load_settings

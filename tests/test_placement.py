@@ -87,7 +87,7 @@ EXPECTED = [
 
 
 def test_requests_through_the_mode_find_the_users_line_above_its_frame(monkeypatch):
-    """Factories and transfers alike: the line is the frame above the mode's entry, found
+    """Factories and transfers alike: the line is the frame above the door frame, found
     without walking the handler frames (``first_user`` is never asked)."""
     x = torch.ones(2)
     torchdevice.enable(host="cpu")

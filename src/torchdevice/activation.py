@@ -2,7 +2,7 @@
 
 Activation is process-wide: the function mode is pushed on the calling thread
 and carried into other threads by :mod:`torchdevice.patches.threads`; everything else it
-changes in torch and the standard library is an entry of
+changes in torch and the standard library is a patch of
 :data:`torchdevice.patches.INSTALL_ORDER`, which activation walks, and which the
 :mod:`~torchdevice.ledger` undoes. One lock serialises every change, so concurrent
 ``enable``/``disable`` calls leave a consistent state.
@@ -188,7 +188,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         new_mode = mode.DeviceMode(runtime, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options
-        patches.install(installing, first=True)  # the threads' entry enters this thread
+        patches.install(installing, first=True)  # the threads' patch enters this thread
         return
     runtime_module.set_active(runtime)
     _options = options

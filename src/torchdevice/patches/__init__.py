@@ -24,12 +24,12 @@ One module per family of changes:
 The ``torch.cuda``/``torch.mps``/``torch.accelerator`` facades (:mod:`torchdevice.facade`),
 the report's exit handler (:mod:`torchdevice.reporting.parts`), the logger's level
 (:mod:`torchdevice.logs`) and the variables exported for child processes are changes too;
-their code lives with what they serve, and they are entries of :data:`INSTALL_ORDER`.
+their code lives with what they serve, and they are patches of :data:`INSTALL_ORDER`.
 
-:data:`INSTALL_ORDER` is the list :mod:`torchdevice.activation` walks: every entry on the
-first activation, the entries that follow the host at each reconfiguration. Every change is
+:data:`INSTALL_ORDER` is the list :mod:`torchdevice.activation` walks: every patch on the
+first activation, the patches that follow the host at each reconfiguration. Every change is
 recorded in the :mod:`~torchdevice.ledger`, which undoes them all on ``disable()``; each
-entry also lists the spots it changes (:attr:`Patch.spots`), which the test suite's
+patch also lists the spots it changes (:attr:`Patch.spots`), which the test suite's
 pristine check reads back after every test.
 """
 
@@ -69,7 +69,7 @@ class Activation:
     own_report: Callable[[], MigrationReport]
 
 
-#: When an entry is installed: ``"first"`` when redirection goes from off to on;
+#: When a patch is installed: ``"first"`` when redirection goes from off to on;
 #: ``"every"`` at every activation (it depends on the host); ``"settings"``: by
 #: ``enable()`` itself, from the settings, before the runtime exists (listed for the
 #: ledger and the pristine check).
@@ -78,19 +78,19 @@ When = Literal["first", "every", "settings"]
 
 @dataclass(frozen=True)
 class Patch:
-    """One entry of :data:`INSTALL_ORDER`: a family of changes to torch or the stdlib."""
+    """One patch of :data:`INSTALL_ORDER`: a family of changes to torch or the stdlib."""
 
     name: str
     #: The ledger groups its changes are recorded under.
     groups: tuple[str, ...]
     when: When
-    #: Puts the changes in place (idempotent); ``None`` for ``"settings"`` entries.
+    #: Puts the changes in place (idempotent); ``None`` for ``"settings"`` patches.
     install: Callable[[Activation], None] | None
     #: Every spot it may change, on any host, described as the ledger describes it.
     spots: Callable[[], tuple[ledger.Spot, ...]]
 
 
-# -- the entries whose code lives elsewhere ------------------------------------------------
+# -- the patches whose code lives elsewhere ------------------------------------------------
 def _log_spots() -> tuple[ledger.Spot, ...]:
     return (
         ledger.Spot("the 'torchdevice' logger's level", lambda: logs.logger.level),
@@ -336,15 +336,15 @@ INSTALL_ORDER: Final[tuple[Patch, ...]] = (
 
 
 def install(activation: Activation, *, first: bool) -> None:
-    """Walk :data:`INSTALL_ORDER`: every entry when ``first`` (redirection was off), else
-    the entries that follow the host. ``"settings"`` entries are ``enable()``'s."""
+    """Walk :data:`INSTALL_ORDER`: every patch when ``first`` (redirection was off), else
+    the patches that follow the host. ``"settings"`` patches are ``enable()``'s."""
     for patch in INSTALL_ORDER:
         if patch.install is not None and (first or patch.when == "every"):
             patch.install(activation)
 
 
 def installed() -> bool:
-    """Whether the torch call wrappers are in place (the first entry with a witness)."""
+    """Whether the torch call wrappers are in place (the first patch with a witness)."""
     return calls.installed()
 
 

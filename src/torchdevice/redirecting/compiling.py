@@ -3,7 +3,7 @@
 Dynamo traces the function mode's ``__torch_function__`` and the handlers into every
 graph compiled while torchdevice redirects. Nothing of torchdevice's bookkeeping may be
 traced: a lock, an exception or a cache read in a graph would break it or put a guard on
-every cache entry. So every answer compiled code needs comes from a *constant function*
+every cached decision. So every answer compiled code needs comes from a *constant function*
 (:func:`constant_for_dynamo`), which dynamo runs eagerly at trace time and whose result it
 puts in the graph as a constant, guarded only on its arguments:
 
@@ -24,11 +24,11 @@ Two questions, each asked one way in the whole package:
 * "Are we compiling?" (record nothing, mark no tensor): :func:`is_compiling`.
   ``torch.compiler.is_compiling()`` is ``torch.jit.is_scripting() or`` a module flag, and
   ``is_scripting()`` is always False in Python code (TorchScript never runs torchdevice's
-  Python): three Python calls where one will do. Measured with callgrind on the redirected
-  factory and ``Tensor.to`` paths, that call was several hundred instructions of each
-  (benchmarks/README.md). The paths that run on every call (:meth:`Runtime.place
-  <torchdevice.redirecting.runtime.Runtime.place>`, the facades' call counter, the entry-points
-  tier's wrappers, :mod:`torchdevice.redirecting.standing`) inline its body, spelled the same::
+  Python): three Python calls where one will do, on paths that run on every redirect
+  (their cost: benchmarks/README.md). Those paths (:meth:`Runtime.place
+  <torchdevice.redirecting.runtime.Runtime.place>`, the facades' call counter, the
+  entry-points tier's wrappers, :mod:`torchdevice.redirecting.standing`) inline its body,
+  spelled the same::
 
       if is_tracing() or compiler._is_compiling_flag: ...
 
@@ -161,13 +161,14 @@ def traced_slot(serial: int, live: bool, func: Callable[..., Any]) -> int:
     (-1: none), as dynamo sees it: run at trace time, its answer a constant.
 
     Read as a dict, the table would put one guard per function in it (a hundred or so) on
-    every compiled call, which cost more than the model on a small compiled model on a GPU
-    (issue 12). Dynamo guards on ``serial`` and ``live`` (one guard each) instead. The
-    runtime outlives its activations (``enable()`` with the same settings reuses it), so
-    compiled graphs survive ``disable()``/``enable()`` cycles; ``live`` turns false when a
-    mode retires, so a graph traced while it redirected is traced again once it passes
-    everything through. The answer is an index, not the handler: an object made at trace
-    time has no source dynamo can guard, while ``runtime.handlers[i]`` has.
+    every compiled call, which can cost more than a small compiled model itself on a GPU
+    (benchmarks/README.md, ``compiled.py``). Dynamo guards on ``serial`` and ``live`` (one
+    guard each) instead. The runtime outlives its activations (``enable()`` with the same
+    settings reuses it), so compiled graphs survive ``disable()``/``enable()`` cycles;
+    ``live`` turns false when a mode retires, so a graph traced while it redirected is
+    traced again once it passes everything through. The answer is an index, not the
+    handler: an object made at trace time has no source dynamo can guard, while
+    ``runtime.handlers[i]`` has.
     """
     if not live:
         return -1

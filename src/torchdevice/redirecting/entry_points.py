@@ -4,8 +4,7 @@ of a ``TorchFunctionMode``.
 
 Why a second way in: a function mode is called on every torch call, an attribute read such
 as ``p.grad`` included, whether or not it takes a device, and PyTorch sets a floor under
-that call (pytorch/pytorch#92701; measured in benchmarks/README.md: a do-nothing Python mode
-adds about as many instructions as ``a + b`` itself costs). No torch mechanism lets an op
+that call (pytorch/pytorch#92701; its size: benchmarks/README.md). No torch mechanism lets an op
 without a device skip a mode, so the only way under that floor is not to have one on the
 stack. Here every call that cannot take a device is native, and the functions of the mode's
 own table (:func:`torchdevice.redirecting.intercepts.build_table`: torch's
@@ -390,16 +389,16 @@ device.__qualname__ = device.__name__ = "device"
 device.__doc__ = REAL_DEVICE.__doc__
 
 
-def _entries() -> tuple[CodeType, ...]:
+def _doors() -> tuple[CodeType, ...]:
     """The code through which torch calls reach the handlers in this tier: the wrappers'
-    (see :func:`torchdevice.redirecting.callsite.add_entry`)."""
+    (its doors: see :func:`torchdevice.redirecting.callsite.add_door`)."""
     dummy: Handler = factory
     wrappers = (make(len, dummy) for make in (_wrapper, _factory_wrapper, _to_wrapper))
     return (*(wrapper.__code__ for wrapper in wrappers), _DeviceClass.__call__.__code__)
 
 
-for _code in _entries():
-    callsite.add_entry(_code)
+for _code in _doors():
+    callsite.add_door(_code)
 
 
 def _owners() -> Iterator[ModuleType | type]:

@@ -119,7 +119,7 @@ def _inferred_float64(
 ) -> Any:
     """``call()``, the dtype rule applied to data torch reads as float64 from inside.
 
-    Why: a list of NumPy float64 scalars (a NumPy learning-rate schedule's entries, as in
+    Why: a list of NumPy float64 scalars (a NumPy learning-rate schedule's values, as in
     DINO's ``MetricLogger``) has no ``dtype`` to read before the call, but torch infers
     float64 from it, which the MPS device rejects with a ``TypeError``. Only then, for a data
     factory without ``dtype=``, is the call made again with the rule's dtype (float32, logged):
@@ -642,8 +642,8 @@ def pin_memory(
     transfer it was being prepared for; natively, pinning it would raise. Without CUDA
     there is no pinned memory: a CPU tensor the user's code pins gets an ordinary copy, as
     a pinned one would be. Torch's own pinning (the DataLoader's pin-memory thread, every
-    batch) gets the tensor itself: the batch is fresh and nothing else holds it, so that
-    copy bought nothing and cost the DataLoader workload about 7 % (issue 27).
+    batch) gets the tensor itself: the batch is fresh and nothing else holds it, so a
+    copy would buy nothing and cost every batch a copy (benchmarks/README.md).
     """
     tensor = args[0]
     if not tensor.is_cpu:

@@ -60,7 +60,7 @@ Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]
 def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
     """Every intercepted function for ``host``, mapped to its handler.
 
-    Host-dependent entries are left out where they cannot matter (``.numpy()`` of a tensor
+    Host-dependent functions are left out where they cannot matter (``.numpy()`` of a tensor
     on the CPU needs no help), so the mode's fast path stays a single dict miss.
     """
     table: dict[Callable[..., Any], Handler] = dict.fromkeys(_factories(), factory)

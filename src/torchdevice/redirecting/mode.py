@@ -117,14 +117,14 @@ class DeviceMode(TorchFunctionMode):
         self.fallback = None
 
 
-# Torch enters torchdevice here: the frame above this one made the torch call.
-callsite.set_entry(DeviceMode.__torch_function__.__code__)
+# Torch enters torchdevice here (the mode's door): the frame above this one made the call.
+callsite.set_door(DeviceMode.__torch_function__.__code__)
 
 
 def is_on_stack(mode: DeviceMode) -> bool:
     """Whether ``mode`` is on the calling thread's function-mode stack (by identity)."""
     stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
-    return any(entry is mode for entry in stack)
+    return any(held is mode for held in stack)
 
 
 def push(mode: DeviceMode) -> bool:
@@ -148,8 +148,8 @@ def remove(mode: DeviceMode) -> bool:
         if top is mode:
             break
         above.append(top)
-    for entry in reversed(above):
-        entry.__enter__()  # restores the modes entered after ours, in order
+    for other in reversed(above):
+        other.__enter__()  # restores the modes entered after ours, in order
     return True
 
 
@@ -159,5 +159,5 @@ def remove_all() -> None:
     A thread can hold more than one: the inert mode of an earlier activation and the
     current one. Other modes stay, in their order.
     """
-    for entry in [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]:  # type: ignore[no-untyped-call]
-        remove(entry)
+    for ours in [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]:  # type: ignore[no-untyped-call]
+        remove(ours)

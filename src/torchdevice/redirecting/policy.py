@@ -359,7 +359,7 @@ def resolve_backend(requested: str, host: Host) -> BackendDecision:
     NCCL runs only on CUDA devices, so off CUDA hosts ``"nccl"`` is ``"gloo"`` (which
     takes CPU tensors, and device tensors staged through CPU memory). A
     ``"cuda:nccl,cpu:gloo"`` string names one backend per device type: off CUDA hosts no
-    tensor is a CUDA tensor, so its ``cuda`` entry goes and each ``nccl`` becomes
+    tensor is a CUDA tensor, so its ``cuda`` part goes and each ``nccl`` becomes
     ``"gloo"``; when one backend is left for every device, it is named alone (``"gloo"``).
     Every other backend (``"gloo"``, ``"mpi"``, a plugin) and every CUDA host keep what
     was asked. Pure: no torch, no I/O; case-insensitive, as torch's ``Backend`` is.

@@ -17,9 +17,12 @@ the same cache through :meth:`Runtime.lookup`.
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
 path for an explicit device in its factory and ``Tensor.to`` wrappers
 (``entry_points._counted``), because an extra Python call on the redirected factory costs
-more than that tier's instruction budget allows (benchmarks/README.md, "One placement
-path"). ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike``
-runs every kind of request through both tiers and compares devices, standings and rows.
+more than that tier's instruction budget allows (benchmarks/README.md, "Figures behind the
+redirect's design").
+``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike`` runs every
+kind of request through both tiers and compares devices, standings and rows; the device-less
+factory, which both tiers place through :meth:`Runtime.place`, is checked there too
+(``test_both_tiers_place_device_less_factories_through_runtime_place``).
 """
 
 from __future__ import annotations
@@ -185,8 +188,9 @@ class Runtime:
         """The cached resolution of ``request``, decided and cached on a miss; the toggle
         is the caller's to apply.
 
-        The one read of the decision cache, shared by the eager and the traced paths.
-        Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
+        The one read of the decision cache, shared by the eager and the traced paths (the
+        entry-points tier's inlined copy aside, named in the module's docstring).
+        Keyed by the request's type too, so ``1`` and ``True`` never share a cached decision.
         """
         if request is READ_CPU:  # where a CPU tensor is, not a request for the host
             return self._read_cpu
