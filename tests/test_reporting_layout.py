@@ -245,3 +245,13 @@ def test_the_public_functions_are_not_shadowed_by_packages(function, package):
     assert done.stdout.strip() == "True"
     assert not (PACKAGE / f"{function}.py").exists()
     assert not (PACKAGE / function).exists()
+
+
+def test_the_redirect_package_imports_nothing_so_its_policy_loads_without_torch():
+    """``torchdevice/redirecting/__init__.py`` imports nothing: the policy, a pure function,
+    loads without torch (the command line's usage errors come before torch)."""
+    code = "import sys, torchdevice.redirecting.policy; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"

@@ -213,7 +213,16 @@ class Runtime:
             # too) or a process that keeps its host requests (:meth:`keep_host_requests`).
             decision = Decision(DeviceSpec("cpu", 0), None, "default", _DEFAULT_STAYS)
         else:
-            decision = self._decide_policy(request)
+            try:
+                decision = decide(request, self.host, self._state, self._extra_types)
+            except DeviceRequestError:
+                # A backend registered since this activation began (a renamed PrivateUse1)
+                # is a valid device type too: learn its name and decide again.
+                name = torch._C._get_privateuse1_backend_name()
+                if name in self._extra_types:
+                    raise
+                self._extra_types = self._extra_types | {name}
+                decision = decide(request, self.host, self._state, self._extra_types)
         device = self.torch_device(decision.device)
         resolved = (decision, device, _report_kind(decision))
         if logger.isEnabledFor(logging.DEBUG):  # once per distinct request: it is cached
@@ -224,21 +233,6 @@ class Runtime:
             with contextlib.suppress(TypeError):  # unhashable: decided again next time
                 self.decisions[key] = resolved
         return resolved
-
-    def _decide_policy(self, request: object) -> Decision:
-        """The policy's decision for ``request``, learning a backend registered since this
-        activation began (a renamed PrivateUse1) when the policy does not know its name."""
-        try:
-            decision = decide(request, self.host, self._state, self._extra_types)
-        except DeviceRequestError:
-            # A backend registered since this activation began (a renamed PrivateUse1)
-            # is a valid device type too: learn its name and decide again.
-            name = torch._C._get_privateuse1_backend_name()
-            if name in self._extra_types:
-                raise
-            self._extra_types = self._extra_types | {name}
-            decision = decide(request, self.host, self._state, self._extra_types)
-        return decision
 
     def torch_device(self, spec: DeviceSpec) -> torch.device:
         """``spec`` as a ``torch.device`` (built once per spec).
