@@ -75,7 +75,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import torchdevice
-from torchdevice.mode import DeviceMode
+from torchdevice.redirecting.mode import DeviceMode
 
 #: Compiled models must cost no more than 1 % over native (issue 12) ...
 COMPILED_LIMIT = 1.01

@@ -41,8 +41,8 @@ from torch.overrides import TorchFunctionMode
 
 import torchdevice
 from torchdevice import ledger
-from torchdevice.fallback import Fallback
 from torchdevice.patches import net
+from torchdevice.redirecting.fallback import Fallback
 
 #: Tolerance on "torchdevice costs no more per call than set_default_device": the two
 #: modes do about the same work on a miss, so allow 10 % of timing noise.

@@ -19,8 +19,8 @@ from torch.overrides import _get_current_function_mode_stack
 import torchdevice
 from torchdevice import ledger, patches
 from torchdevice.facade import mps
-from torchdevice.mode import DeviceMode
 from torchdevice.patches import amp
+from torchdevice.redirecting.mode import DeviceMode
 from torchdevice.tools import pytest_plugin
 
 #: Native objects tests compare against by identity.

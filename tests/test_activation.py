@@ -11,7 +11,7 @@ from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 import torchdevice
 from pristine import REAL_CUDA, REAL_GENERATOR, REAL_LOAD, torch_is_pristine
-from torchdevice.mode import DeviceMode
+from torchdevice.redirecting.mode import DeviceMode
 
 CPU = torch.device("cpu")
 
@@ -249,9 +249,9 @@ def test_torch_compile_inductor_redirected_model():
 
 
 def test_the_mode_is_reentrant_with_nested_with_blocks():
-    """``with m: with m:`` pushes twice and pops twice (the stack keeps each entry)."""
+    """``with m: with m:`` pushes twice and pops twice (the stack keeps each push)."""
     from torchdevice.activation import _resolve_host
-    from torchdevice.runtime import Runtime
+    from torchdevice.redirecting.runtime import Runtime
     from torchdevice.settings import load_settings
 
     host = _resolve_host("cpu")

@@ -38,7 +38,7 @@ from childenv import tier_env
 from torchdevice import SettingsError
 from torchdevice.environment import BOOL_EXPECTED, FALSE_WORDS
 from torchdevice.host import Host, probe_host
-from torchdevice.policy import decide
+from torchdevice.redirecting.policy import decide
 
 ROOT = Path(__file__).resolve().parents[1]
 PTH = ROOT / "src" / startup.PTH_NAME

@@ -21,7 +21,7 @@ import pytest
 from childenv import clean_env, interruptible
 from torchdevice.environment import BOOL_EXPECTED
 from torchdevice.host import probe_host
-from torchdevice.policy import decide
+from torchdevice.redirecting.policy import decide
 
 pytestmark = pytest.mark.slow
 

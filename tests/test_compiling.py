@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchdevice import compiling
+from torchdevice.redirecting import compiling
 
 
 def test_eager_code_agrees_with_torch():

@@ -1,6 +1,6 @@
 """torch.distributed written for NCCL, on this CPU host: the backend rule, and its wrappers.
 
-The rule (:func:`torchdevice.policy.resolve_backend`) is checked per host without torch;
+The rule (:func:`torchdevice.redirecting.policy.resolve_backend`) is checked per host without torch;
 the wrappers in a one-rank gloo world inside this process (a file store in ``tmp_path``),
 which is enough to see what backend a group really got, what DDP accepted and what the
 report says. Several ranks are exercised by ``test_distributed_launch.py`` (torchrun).
@@ -25,9 +25,9 @@ from torch.overrides import _get_current_function_mode_stack
 import torchdevice
 from pristine import REAL_INIT_PROCESS_GROUP, REAL_IS_NCCL_AVAILABLE
 from torchdevice import Host
-from torchdevice.mode import DeviceMode
 from torchdevice.patches import distributed, gloo_workers
-from torchdevice.policy import resolve_backend
+from torchdevice.redirecting.mode import DeviceMode
+from torchdevice.redirecting.policy import resolve_backend
 
 CPU, MPS, CUDA = Host.cpu(), Host.mps(), Host.cuda(2)
 REAL_ALL_GATHER_INTO_TENSOR = dist.all_gather_into_tensor  # imported before any enable()

@@ -20,9 +20,10 @@ from torch.overrides import _get_current_function_mode_stack
 import torchdevice
 from childenv import clean_env
 from pristine import torch_is_pristine
-from torchdevice import entry_points, standing
+from spy import DeviceSpy
 from torchdevice.host import Host
-from torchdevice.intercepts import build_table
+from torchdevice.redirecting import entry_points, runtime, standing
+from torchdevice.redirecting.intercepts import build_table
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available() or torch.backends.mps.is_available(),
@@ -522,3 +523,67 @@ def test_both_tiers_place_every_kind_of_request_alike():
     assert seen[0][1] == seen[1][1]
     assert len(seen[0][1]) >= 10  # the rows were made, in both
     assert {row[3] for row in seen[0][1]} >= {"cpu:0"}
+
+
+#: A tensor made before any activation, for ``out=``.
+_OUT = torch.empty(2)
+
+
+def _device_less(spy: DeviceSpy, pin: bool = True) -> list[tuple[list[str], object]]:
+    """Device-less factories of each path (the tier's inlined one, the handler's with a
+    generator of the CPU, ``pin_memory`` unless ``pin`` is false, ``out=``): the devices
+    they reached torch with and what their results stand for."""
+    calls = [
+        lambda: torch.zeros(2),
+        lambda: torch.ones(2, 3, dtype=torch.float16),
+        lambda: torch.rand(2, generator=torch.Generator().manual_seed(0)),
+        lambda: torch.zeros(2, out=_OUT),
+    ]
+    if pin:
+        calls.append(lambda: torch.empty(2, pin_memory=True))
+    seen = []
+    for call in calls:
+        spy.calls.clear()
+        result = call()
+        seen.append(([str(device) for _, device in spy.calls], standing.standing_of(result)))
+    return seen
+
+
+@pytest.mark.parametrize("host", [Host.cuda(2), Host.mps()], ids=lambda h: h.kind)
+def test_both_tiers_place_device_less_factories_through_runtime_place(host):
+    """A factory called without a device is placed by ``Runtime.place`` (the request
+    ``None``) in both tiers, where device-less factories land (``default_device``): the
+    same devices and standings, ``place(None)`` agreeing with ``default_device``, and after
+    ``keep_host_requests`` (a fork child's rule) the CPU in both."""
+    seen = []
+    for intercept in ("mode", "entry-points"):
+        spy = DeviceSpy()
+        spy.__enter__()
+        try:
+            torchdevice.enable(host=host, intercept=intercept)
+            rt = runtime.active()
+            assert rt is not None
+            decision, device, stands = rt.place(None, "torch.zeros")
+            assert (device, stands, decision.action) == (rt.default_device, "host", "default")
+            placed = _device_less(spy)
+            rt.keep_host_requests("the test's fork child")
+            kept = _device_less(spy, pin=False)  # a CUDA host pins CPU memory: not here
+            assert rt.place(None, "torch.zeros")[1:] == (torch.device("cpu"), "host")
+            rows = torchdevice.report().entries
+        finally:
+            torchdevice.disable()
+            spy.__exit__(None, None, None)
+        seen.append((placed, kept))
+        # A device-less factory is no line to port; the pin request it dropped is one.
+        assert [(row.kind, row.requested) for row in rows] == [("device-api", "pin_memory=True")]
+    expected = "cuda" if host.kind == "cuda" else "mps:0"
+    placed, kept = seen[0]
+    assert placed == [
+        ([expected], "host"),
+        ([expected], "host"),
+        ([expected], "host"),  # drawn on the CPU generator's device, then moved
+        ([], "host"),  # out= decides
+        ([expected], "host"),  # nothing pinned
+    ]
+    assert kept == [([], "host")] * 4
+    assert seen[0] == seen[1]

@@ -27,7 +27,7 @@ import pytest
 
 from childenv import clean_env
 from torchdevice.host import probe_host
-from torchdevice.policy import decide
+from torchdevice.redirecting.policy import decide
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -17,7 +17,7 @@ from torch import nn
 import torchdevice
 from childrun import IN_CHILD, mirror_in_parent
 from torchdevice import Host
-from torchdevice.fallback import (
+from torchdevice.redirecting.fallback import (
     CAPABILITY_ERROR_TYPES,
     CAPABILITY_ERRORS,
     NEVER_RERUN,

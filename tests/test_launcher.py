@@ -20,7 +20,7 @@ import torch
 
 import torchdevice
 from torchdevice.host import probe_host
-from torchdevice.policy import decide
+from torchdevice.redirecting.policy import decide
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ from torch import nn
 from torch.utils._device import _device_constructors
 
 import torchdevice
-from torchdevice import handlers, intercepts
 from torchdevice.host import Host
-from torchdevice.intercepts import build_table
+from torchdevice.redirecting import handlers, intercepts
+from torchdevice.redirecting.intercepts import build_table
 from torchdevice.reporting.recorder import api_name
 
 CPU = torch.device("cpu")

@@ -24,7 +24,7 @@ from torch import zeros as zeros_bound_before_enable
 
 import torchdevice
 from torchdevice.patches import net
-from torchdevice.standing import standing_of
+from torchdevice.redirecting.standing import standing_of
 
 
 def _script(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -177,7 +177,8 @@ def _in_child(code: str) -> dict[str, Any]:
 
 _BELOW_THE_MODE = """
     import json, torch, torchdevice
-    from torchdevice import activation, mode
+    from torchdevice import activation
+    from torchdevice.redirecting import mode
 
     torchdevice.enable()
     reference = torch.ones(2, 3)

@@ -9,12 +9,13 @@ import pytest
 import torch
 
 import torchdevice
-from torchdevice import Host, callsite
+from torchdevice import Host
 from torchdevice.activation import _resolve_host
-from torchdevice.intercepts import build_table
-from torchdevice.mode import DeviceMode
-from torchdevice.policy import decide
-from torchdevice.runtime import Runtime
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting.intercepts import build_table
+from torchdevice.redirecting.mode import DeviceMode
+from torchdevice.redirecting.policy import decide
+from torchdevice.redirecting.runtime import Runtime
 from torchdevice.settings import load_settings
 
 HOSTS = [Host.mps(), Host.cuda(2), Host.cpu()]
@@ -86,7 +87,7 @@ EXPECTED = [
 
 
 def test_requests_through_the_mode_find_the_users_line_above_its_frame(monkeypatch):
-    """Factories and transfers alike: the line is the frame above the mode's entry, found
+    """Factories and transfers alike: the line is the frame above the door frame, found
     without walking the handler frames (``first_user`` is never asked)."""
     x = torch.ones(2)
     torchdevice.enable(host="cpu")

@@ -18,7 +18,7 @@ from torch.overrides import _get_current_function_mode_stack
 
 import torchdevice
 from torchdevice import DeviceRequestError, DeviceRequestTypeError, Host
-from torchdevice.policy import (
+from torchdevice.redirecting.policy import (
     Decision,
     DeviceSpec,
     PolicyState,
@@ -560,7 +560,7 @@ def test_a_generator_draws_where_it_lives(generator, target, expected):
 
 def test_is_inplace_follows_torchs_naming_rule():
     """One definition of "in place" for the fallback's write-back and the generator rule."""
-    from torchdevice.policy import is_inplace
+    from torchdevice.redirecting.policy import is_inplace
 
     assert is_inplace(torch.Tensor.add_)
     assert is_inplace(torch.Tensor.uniform_)

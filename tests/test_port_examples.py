@@ -219,14 +219,14 @@ def test_a_ported_script_runs_natively(name: str, tmp_path: Path) -> None:
 ON_SIMULATED = """\
 import runpy, sys
 import torch
-import torchdevice.runtime
+import torchdevice.redirecting.runtime
 import torchdevice.testing
 torchdevice.testing.register()
 sys.argv = sys.argv[1:]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 finally:
-    assert torchdevice.runtime.active() is None, "torchdevice was enabled"
+    assert torchdevice.redirecting.runtime.active() is None, "torchdevice was enabled"
     print("accelerator:", torch.accelerator.current_accelerator(check_available=True))
 """
 

@@ -22,7 +22,7 @@ import torch
 
 import torchdevice
 from torchdevice.host import probe_host
-from torchdevice.policy import decide
+from torchdevice.redirecting.policy import decide
 from torchdevice.reporting import parts as report_parts
 
 pytestmark = pytest.mark.slow

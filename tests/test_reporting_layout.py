@@ -1,5 +1,6 @@
-"""The reporting package's imports run one way, and no torchdevice module is in an import
-cycle (issue 22: the report modules had two hidden ones; issue 30: the whole package)."""
+"""The reporting package's imports run one way, no torchdevice module is in an import cycle
+(issue 22: the report modules had two hidden ones; issue 30: the whole package), and the
+core's folders import one way too (issue 37: a few rooms on a few floors)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,48 @@ LAYERS = (
 )
 
 
+#: The core's rooms, bottom first: each may import only the rooms before it. A room is a
+#: folder (``redirecting/``...) or a group of flat modules; :func:`_room` says which. ``sites``
+#: is below the base because ``logs`` makes its records at a user's site; ``settings`` is
+#: above ``reporting`` because it checks a report path with the report writer's rule.
+CORE_LAYERS = (
+    "sites",
+    "base",
+    "port",
+    "reporting",
+    "settings",
+    "redirecting",
+    "facade",
+    "patches",
+    "activation",
+    "api",
+    "tools",
+)
+
+#: Flat modules by room (a folder's modules are its room: ``torchdevice.facade.cuda`` is
+#: ``facade``). A new flat module is placed here, or the test below says so.
+FLAT_ROOMS = {
+    "sites": "sites",
+    "errors": "base",
+    "environment": "base",
+    "program": "base",
+    "extra_backends": "base",
+    "host": "base",
+    "ledger": "base",
+    "logs": "base",
+    "settings": "settings",
+    "activation": "activation",
+    "announce": "api",
+    "notebook": "api",
+    "": "api",  # torchdevice/__init__.py
+    "__main__": "tools",
+}
+
+#: Accelerators torch does not ship, outside the core: they may import only the base,
+#: through which the core finds them (``extra_backends``), and each other.
+BACKENDS = ("simulated_mps", "testing")
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(SRC).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -50,6 +93,48 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 def _graph() -> dict[str, set[str]]:
     paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
     return {name: _imports(path, set(paths)) - {name} for name, path in paths.items()}
+
+
+def _room(module: str) -> str:
+    """The room of a torchdevice module: its folder, or its flat module's group."""
+    parts = module.split(".")[1:]
+    name = parts[0] if parts else ""
+    if (PACKAGE / name).is_dir() and name:
+        return name
+    assert name in FLAT_ROOMS, f"torchdevice.{name} has no room: add it to FLAT_ROOMS"
+    return FLAT_ROOMS[name]
+
+
+def _room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which rooms each room imports (itself left out)."""
+    rooms: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        room = _room(module)
+        rooms.setdefault(room, set()).update(_room(dep) for dep in deps)
+    return {room: deps - {room} for room, deps in rooms.items()}
+
+
+def test_the_core_imports_one_way_folder_by_folder():
+    """Room by room, bottom first, each imports only rooms below it: no folder-level cycle
+    (the recorder's type of a decision once made reporting and the redirect a pair), and
+    nothing runs back up."""
+    rooms = _room_graph(_graph())
+    assert set(rooms) - set(CORE_LAYERS) == set(BACKENDS)
+    assert set(CORE_LAYERS) == set(rooms) - set(BACKENDS)
+    layers = [room for room in CORE_LAYERS if room in rooms]
+    for i, room in enumerate(layers):
+        above = rooms[room] - set(layers[:i])
+        assert above == set(), f"{room} imports {sorted(above)}, not below it"
+    for backend in BACKENDS:
+        assert rooms[backend] <= {"base", *BACKENDS}, f"{backend}: {sorted(rooms[backend])}"
+
+
+def test_the_room_check_finds_an_import_running_up():
+    """The check above can fail: a reporting module importing the redirect is seen."""
+    graph = _graph()
+    graph["torchdevice.reporting.entries"] = {"torchdevice.redirecting.policy"}
+    rooms = _room_graph(graph)
+    assert "redirecting" in rooms["reporting"]
 
 
 def test_reporting_imports_run_one_way():
@@ -110,8 +195,12 @@ def test_the_graph_holds_every_module():
     """The graph the cycle test reads is the whole package, each module's file a node."""
     graph = _graph()
     assert set(graph) == {_module_name(path) for path in PACKAGE.rglob("*.py")}
-    assert {"torchdevice.compiling", "torchdevice.runtime", "torchdevice.handlers"} <= set(graph)
-    assert "torchdevice.compiling" in graph["torchdevice.runtime"]
+    assert {
+        "torchdevice.redirecting.compiling",
+        "torchdevice.redirecting.runtime",
+        "torchdevice.redirecting.handlers",
+    } <= set(graph)
+    assert "torchdevice.redirecting.compiling" in graph["torchdevice.redirecting.runtime"]
 
 
 def test_no_import_cycle_in_the_package():
@@ -136,18 +225,34 @@ def test_each_module_imports_on_its_own(module):
     assert done.returncode == 0, done.stderr
 
 
-def test_report_is_the_public_function():
-    """``torchdevice.report`` is the function whatever was imported before: no submodule
-    of that name shadows it."""
+@pytest.mark.parametrize(
+    ("function", "package"), [("report", "reporting"), ("redirect", "redirecting")]
+)
+def test_the_public_functions_are_not_shadowed_by_packages(function, package):
+    """``torchdevice.report`` and ``torchdevice.redirect`` are the functions whatever was
+    imported before: no submodule of either name shadows them (importing one sets the
+    package's attribute to the module; hence ``reporting/`` and ``redirecting/``)."""
     code = (
-        "import torchdevice, torchdevice.reporting, torchdevice.reporting.report;"
-        "import torchdevice.activation as a; print(torchdevice.report is a.report)"
-    )
+        f"import torchdevice, torchdevice.{package}, torchdevice.{package}.runtime;"
+        if package == "redirecting"
+        else f"import torchdevice, torchdevice.{package}, torchdevice.{package}.report;"
+    ) + f"import torchdevice.activation as a; print(torchdevice.{function} is a.{function})"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "True"
-    assert not (PACKAGE / "report.py").exists()
+    assert not (PACKAGE / f"{function}.py").exists()
+    assert not (PACKAGE / function).exists()
+
+
+def test_the_redirect_package_imports_nothing_so_its_policy_loads_without_torch():
+    """``torchdevice/redirecting/__init__.py`` imports nothing: the policy, a pure function,
+    loads without torch (the command line's usage errors come before torch)."""
+    code = "import sys, torchdevice.redirecting.policy; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"
 
 
 #: The port package, bottom first: each module may import only those before it, and

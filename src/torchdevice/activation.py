@@ -2,7 +2,7 @@
 
 Activation is process-wide: the function mode is pushed on the calling thread
 and carried into other threads by :mod:`torchdevice.patches.threads`; everything else it
-changes in torch and the standard library is an entry of
+changes in torch and the standard library is a patch of
 :data:`torchdevice.patches.INSTALL_ORDER`, which activation walks, and which the
 :mod:`~torchdevice.ledger` undoes. One lock serialises every change, so concurrent
 ``enable``/``disable`` calls leave a consistent state.
@@ -21,17 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import ledger, mode, patches, program
-from torchdevice import runtime as runtime_module
-from torchdevice.fallback import Fallback
+from torchdevice import ledger, patches, program
 from torchdevice.host import HOST_KINDS, Host, HostChoice, forced_host, probe_host
 from torchdevice.logs import configure_logging, logger
 from torchdevice.patches import threads
+from torchdevice.redirecting import mode
+from torchdevice.redirecting import runtime as runtime_module
+from torchdevice.redirecting.fallback import Fallback
+from torchdevice.redirecting.runtime import Runtime
 from torchdevice.reporting import MigrationReport
 from torchdevice.reporting import file as report_file
 from torchdevice.reporting import parts as report_parts
 from torchdevice.reporting.recorder import Recorder
-from torchdevice.runtime import Runtime
 from torchdevice.settings import ENV_VARS, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def _resolve_host(setting: Host | HostChoice | None) -> Host:
 
 
 def current_runtime() -> Runtime | None:
-    """The active runtime, or ``None`` while disabled (:func:`torchdevice.runtime.active`)."""
+    """The active runtime, or ``None`` while disabled
+    (:func:`torchdevice.redirecting.runtime.active`)."""
     return runtime_module.active()
 
 
@@ -186,7 +188,7 @@ def _activate(runtime: Runtime, options: dict[str, Any]) -> None:
         new_mode = mode.DeviceMode(runtime, fallback)
         runtime_module.set_active(runtime)
         _mode, _options = new_mode, options
-        patches.install(installing, first=True)  # the threads' entry enters this thread
+        patches.install(installing, first=True)  # the threads' patch enters this thread
         return
     runtime_module.set_active(runtime)
     _options = options

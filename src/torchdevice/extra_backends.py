@@ -13,7 +13,7 @@ treat like any device type registered with torch.
 
 A host choice can be made before its provider was imported (``TORCHDEVICE_HOST`` in a child
 process). A distribution declares its backends in the :data:`GROUP` entry-point group, one
-entry per host choice, naming a callable that returns the :class:`ExtraBackend` (torchdevice's
+entry point per host choice, naming a callable that returns the :class:`ExtraBackend` (torchdevice's
 own ``pyproject.toml`` declares its simulated MPS device so)::
 
     [project.entry-points."torchdevice.backends"]
@@ -102,13 +102,13 @@ def announced(choice: str) -> ExtraBackend | None:
         backend = _announced.get(choice)
     if backend is not None:
         return backend
-    entry = _declared().get(choice)
-    if entry is None:
+    declared = _declared().get(choice)
+    if declared is None:
         return None
-    backend = entry.load()()
+    backend = declared.load()()
     if not isinstance(backend, ExtraBackend) or backend.choice != choice:
         raise TypeError(
-            f"the {GROUP!r} entry point {choice!r} ({entry.value}) must return an "
+            f"the {GROUP!r} entry point {choice!r} ({declared.value}) must return an "
             f"ExtraBackend for host {choice!r}, and returned {backend!r}"
         )
     announce(backend)

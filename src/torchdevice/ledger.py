@@ -1,7 +1,7 @@
 """The one record of everything torchdevice changes outside itself, and the one undo.
 
 Every installer (the ``torch.load``/``torch.Generator`` wrappers, the autocast rewrite, the
-``torch.cuda``/``torch.mps`` facades and their ``sys.modules`` entries, the fallback's
+``torch.cuda``/``torch.mps`` facades and their ``sys.modules`` keys, the fallback's
 ``warnings.showwarning``, the thread hooks, environment variables) makes its change
 through this module, which notes what was there before. :func:`undo` puts things back
 newest first, so two changes of the same attribute unwind to the value before the first;
@@ -95,7 +95,7 @@ class Spot:
     """A spot an installer changes: ``what`` as its :class:`Change` says, and ``read``,
     which returns what is there now (``None``: nothing outside torchdevice to read back,
     the ledger is the only record). ("Place" is the runtime's word for deciding where a
-    device request goes: :meth:`torchdevice.runtime.Runtime.place`.)"""
+    device request goes: :meth:`torchdevice.redirecting.runtime.Runtime.place`.)"""
 
     what: str
     read: Callable[[], object] | None
@@ -154,7 +154,7 @@ def set_attr(group: str, owner: object, name: str, value: Any, lifetime: str = A
 def set_item(
     group: str, mapping: MutableMapping[str, Any], key: str, value: Any, lifetime: str = ACTIVATION
 ) -> None:
-    """Set ``mapping[key] = value`` (``sys.modules`` entries), remembering what was there."""
+    """Set ``mapping[key] = value`` (``sys.modules`` keys), remembering what was there."""
 
     def put(previous: Any) -> None:
         if previous is ABSENT:

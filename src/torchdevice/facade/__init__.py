@@ -45,7 +45,7 @@ import sys
 import types
 from typing import Any
 
-from torchdevice import compiling, ledger
+from torchdevice import ledger
 from torchdevice.facade import accelerator, cuda, devices, modules, mps, real_device
 from torchdevice.facade.cuda import (
     _ORIGINAL_GET_DEVICE_MODULE,
@@ -54,7 +54,8 @@ from torchdevice.facade.cuda import (
     get_device_module,
 )
 from torchdevice.facade.modules import FacadeModule
-from torchdevice.runtime import active
+from torchdevice.redirecting import compiling
+from torchdevice.redirecting.runtime import active
 
 __all__ = ["CUDA_GROUP", "GROUP", "build_cuda_facade", "install", "installed", "spots"]
 
@@ -75,7 +76,7 @@ def install() -> None:
 
     ``torch.cuda`` on hosts without CUDA, ``torch.mps`` on hosts without a real MPS backend
     (the simulated MPS host included); they answer for
-    :func:`~torchdevice.runtime.active`. Everything goes through the ledger, and leaves
+    :func:`~torchdevice.redirecting.runtime.active`. Everything goes through the ledger, and leaves
     through it on ``disable()``.
     """
     rt = active()

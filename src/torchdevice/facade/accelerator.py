@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from torchdevice import ledger
-from torchdevice.compiling import is_compiling
 from torchdevice.facade import devices, memory, modules, mps, streams
 from torchdevice.facade.modules import FacadeModule
+from torchdevice.redirecting.compiling import is_compiling
 
 __all__ = ["GROUP", "AcceleratorEvent", "current_accelerator", "install", "is_available", "spots"]
 

@@ -22,9 +22,9 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torchdevice import callsite
-from torchdevice import runtime as runtime_module
-from torchdevice.compiling import compiler, is_tracing
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting import runtime as runtime_module
+from torchdevice.redirecting.compiling import compiler, is_tracing
 
 __all__ = ["count_call", "reported_namespace"]
 
@@ -36,8 +36,8 @@ def _count(api: str, depth: int) -> None:
 
     On the path of every facade call (``torch.cuda.is_current_stream_capturing()`` runs
     once per token in Transformers' ``generate``): the compile check is read as
-    :mod:`torchdevice.compiling` inlines it, and the caller's code is looked up in the
-    call-site cache before asking :func:`~torchdevice.callsite.is_internal`.
+    :mod:`torchdevice.redirecting.compiling` inlines it, and the caller's code is looked up in the
+    call-site cache before asking :func:`~torchdevice.redirecting.callsite.is_internal`.
     """
     if is_tracing() or compiler._is_compiling_flag:
         return

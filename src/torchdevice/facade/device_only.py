@@ -67,7 +67,7 @@ def _raise(feature: str, key: str | None = None) -> NoReturn:
 def unsupported(feature: str, key: str | None = None) -> Any:
     """A function standing for ``feature`` that raises when called.
 
-    ``key`` names the :data:`ALTERNATIVES` entry when it is not ``feature`` itself (every
+    ``key`` names the :data:`ALTERNATIVES` key when it is not ``feature`` itself (every
     function of ``torch.cuda.nccl`` shares that module's advice).
     """
     name = feature.rsplit(".", 1)[-1]

@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from torchdevice.compiling import constant_for_dynamo, is_tracing
 from torchdevice.errors import UnsupportedFeatureError
 from torchdevice.facade import call_counts, real_device
 from torchdevice.facade.properties import DeviceProperties, properties_of
-from torchdevice.standing import host_memory
+from torchdevice.redirecting.compiling import constant_for_dynamo, is_tracing
+from torchdevice.redirecting.standing import host_memory
 
 __all__ = [
     "device",

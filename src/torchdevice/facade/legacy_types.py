@@ -32,8 +32,8 @@ import torch
 from torchdevice import ledger
 from torchdevice.facade import real_device
 from torchdevice.port.table import LEGACY_TYPE_DTYPES
-from torchdevice.runtime import active
-from torchdevice.standing import mark_placed
+from torchdevice.redirecting.runtime import active
+from torchdevice.redirecting.standing import mark_placed
 
 __all__ = [
     "DEFAULT_TYPE_GROUP",

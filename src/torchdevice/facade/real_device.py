@@ -27,7 +27,7 @@ import psutil
 import torch
 
 from torchdevice.host import HOST_KINDS
-from torchdevice.runtime import Runtime, active
+from torchdevice.redirecting.runtime import Runtime, active
 
 __all__ = [
     "CpuDevice",

@@ -17,19 +17,19 @@ One module per family of changes:
 * :mod:`~torchdevice.patches.net`: allocation kernels on the dispatch keys this build of
   torch lacks (what the mode cannot see);
 * :mod:`~torchdevice.patches.distributed`: ``torch.distributed`` written for NCCL on the
-  backend the host has (with :mod:`torchdevice.nccl_forms`);
+  backend the host has (with :mod:`torchdevice.patches.nccl_forms`);
 * :mod:`~torchdevice.patches.data_parallel`: ``nn.DataParallel`` as on a one-GPU machine;
 * :mod:`~torchdevice.patches.data_loader`: no pin-memory thread where nothing can be pinned.
 
 The ``torch.cuda``/``torch.mps``/``torch.accelerator`` facades (:mod:`torchdevice.facade`),
 the report's exit handler (:mod:`torchdevice.reporting.parts`), the logger's level
 (:mod:`torchdevice.logs`) and the variables exported for child processes are changes too;
-their code lives with what they serve, and they are entries of :data:`INSTALL_ORDER`.
+their code lives with what they serve, and they are patches of :data:`INSTALL_ORDER`.
 
-:data:`INSTALL_ORDER` is the list :mod:`torchdevice.activation` walks: every entry on the
-first activation, the entries that follow the host at each reconfiguration. Every change is
+:data:`INSTALL_ORDER` is the list :mod:`torchdevice.activation` walks: every patch on the
+first activation, the patches that follow the host at each reconfiguration. Every change is
 recorded in the :mod:`~torchdevice.ledger`, which undoes them all on ``disable()``; each
-entry also lists the spots it changes (:attr:`Patch.spots`), which the test suite's
+patch also lists the spots it changes (:attr:`Patch.spots`), which the test suite's
 pristine check reads back after every test.
 """
 
@@ -45,8 +45,8 @@ from torchdevice.patches import calls, net, threads, warning_hooks
 from torchdevice.settings import ENV_VARS
 
 if TYPE_CHECKING:
+    from torchdevice.redirecting.runtime import Runtime
     from torchdevice.reporting import MigrationReport
-    from torchdevice.runtime import Runtime
 
 __all__ = ["ENV_GROUP", "INSTALL_ORDER", "Activation", "Patch", "install", "installed", "spots"]
 
@@ -69,7 +69,7 @@ class Activation:
     own_report: Callable[[], MigrationReport]
 
 
-#: When an entry is installed: ``"first"`` when redirection goes from off to on;
+#: When a patch is installed: ``"first"`` when redirection goes from off to on;
 #: ``"every"`` at every activation (it depends on the host); ``"settings"``: by
 #: ``enable()`` itself, from the settings, before the runtime exists (listed for the
 #: ledger and the pristine check).
@@ -78,19 +78,19 @@ When = Literal["first", "every", "settings"]
 
 @dataclass(frozen=True)
 class Patch:
-    """One entry of :data:`INSTALL_ORDER`: a family of changes to torch or the stdlib."""
+    """One patch of :data:`INSTALL_ORDER`: a family of changes to torch or the stdlib."""
 
     name: str
     #: The ledger groups its changes are recorded under.
     groups: tuple[str, ...]
     when: When
-    #: Puts the changes in place (idempotent); ``None`` for ``"settings"`` entries.
+    #: Puts the changes in place (idempotent); ``None`` for ``"settings"`` patches.
     install: Callable[[Activation], None] | None
     #: Every spot it may change, on any host, described as the ledger describes it.
     spots: Callable[[], tuple[ledger.Spot, ...]]
 
 
-# -- the entries whose code lives elsewhere ------------------------------------------------
+# -- the patches whose code lives elsewhere ------------------------------------------------
 def _log_spots() -> tuple[ledger.Spot, ...]:
     return (
         ledger.Spot("the 'torchdevice' logger's level", lambda: logs.logger.level),
@@ -197,10 +197,10 @@ def _facade_spots() -> tuple[ledger.Spot, ...]:
 
 
 def _install_entry_points(activation: Activation) -> None:
-    """The entry-points tier's wrappers (:mod:`torchdevice.entry_points`), for the table of
-    the host in force: after the facades, which let dynamo build its table of torch
+    """The entry-points tier's wrappers (:mod:`torchdevice.redirecting.entry_points`), for the table
+    of the host in force: after the facades, which let dynamo build its table of torch
     functions from the real ones first."""
-    from torchdevice import entry_points  # noqa: PLC0415 - only this tier needs it
+    from torchdevice.redirecting import entry_points  # noqa: PLC0415 - only this tier needs it
 
     if _uses_the_mode(activation):
         ledger.undo(entry_points.GROUP)
@@ -210,7 +210,7 @@ def _install_entry_points(activation: Activation) -> None:
 
 
 def _entry_point_spots() -> tuple[ledger.Spot, ...]:
-    from torchdevice import entry_points  # noqa: PLC0415 - only the pristine check asks
+    from torchdevice.redirecting import entry_points  # noqa: PLC0415 - only the pristine check asks
 
     return entry_points.spots()
 
@@ -336,15 +336,15 @@ INSTALL_ORDER: Final[tuple[Patch, ...]] = (
 
 
 def install(activation: Activation, *, first: bool) -> None:
-    """Walk :data:`INSTALL_ORDER`: every entry when ``first`` (redirection was off), else
-    the entries that follow the host. ``"settings"`` entries are ``enable()``'s."""
+    """Walk :data:`INSTALL_ORDER`: every patch when ``first`` (redirection was off), else
+    the patches that follow the host. ``"settings"`` patches are ``enable()``'s."""
     for patch in INSTALL_ORDER:
         if patch.install is not None and (first or patch.when == "every"):
             patch.install(activation)
 
 
 def installed() -> bool:
-    """Whether the torch call wrappers are in place (the first entry with a witness)."""
+    """Whether the torch call wrappers are in place (the first patch with a witness)."""
     return calls.installed()
 
 

@@ -32,7 +32,7 @@ import torch.amp.autocast_mode
 import torch.amp.grad_scaler
 
 from torchdevice import ledger
-from torchdevice.runtime import active
+from torchdevice.redirecting.runtime import active
 
 __all__ = ["GROUP", "install", "installed", "spots"]
 

@@ -36,8 +36,9 @@ _stack_len = torch._C._len_torch_function_stack
 
 
 def install(enter_thread: Callable[[], None]) -> None:
-    """Wrap the engine's entry (idempotent); ``enter_thread`` pushes the active mode on the
-    calling thread unless it is there already (the activation's, read at each call)."""
+    """Wrap the engine's way in (``_engine_run_backward``; idempotent); ``enter_thread``
+    pushes the active mode on the calling thread unless it is there already (the
+    activation's, read at each call)."""
     if ledger.has(GROUP):
         return
     original = vars(torch.autograd)["_engine_run_backward"]  # the name backward/grad call

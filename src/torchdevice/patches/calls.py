@@ -20,10 +20,10 @@ import torch
 import torch.serialization
 
 from torchdevice import ledger
-from torchdevice.compiling import is_compiling
-from torchdevice.policy import Standing
-from torchdevice.runtime import Runtime, active
-from torchdevice.standing import device_object, host_memory
+from torchdevice.redirecting.compiling import is_compiling
+from torchdevice.redirecting.policy import Standing
+from torchdevice.redirecting.runtime import Runtime, active
+from torchdevice.redirecting.standing import device_object, host_memory
 
 __all__ = ["GROUP", "REPLACEMENTS", "install", "installed"]
 
@@ -111,7 +111,7 @@ class _HostStateGenerator(_ORIGINAL_GENERATOR):
     Generator states are host (CPU) byte tensors on every device. On an accelerator host a
     state the code brought to the host (Accelerate broadcasts it, then ``state.cpu()``)
     lives on the accelerator, which the C++ ``set_state`` refuses: it gets the host copy
-    (:func:`~torchdevice.standing.host_memory`). Pickles and copies are plain generators
+    (:func:`~torchdevice.redirecting.standing.host_memory`). Pickles and copies are plain generators
     (torch reduces every generator to ``torch._C.Generator``).
     """
 
@@ -251,8 +251,9 @@ GROUP = "torch wrappers"
 
 
 def install() -> None:
-    """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
-    for the activation at each call. ``disable()`` takes them out through the ledger."""
+    """Put the wrappers in place (idempotent); they ask
+    :func:`~torchdevice.redirecting.runtime.active` for the activation at each call.
+    ``disable()`` takes them out through the ledger."""
     if ledger.has(GROUP):
         return
     for owner, name, replacement in REPLACEMENTS:

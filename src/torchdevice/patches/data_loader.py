@@ -22,7 +22,7 @@ from typing import Any
 from torch.utils.data import dataloader
 
 from torchdevice import ledger
-from torchdevice.runtime import active
+from torchdevice.redirecting.runtime import active
 
 __all__ = ["GROUP", "install", "spots"]
 

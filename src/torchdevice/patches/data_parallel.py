@@ -24,7 +24,7 @@ import torch
 from torch.nn.parallel import DataParallel, scatter_gather
 
 from torchdevice import ledger
-from torchdevice.runtime import active
+from torchdevice.redirecting.runtime import active
 
 __all__ = ["GROUP", "install", "spots"]
 
@@ -122,8 +122,9 @@ def _data_parallel(
 
 
 def install() -> None:
-    """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
-    at each call. ``disable()`` takes them out (the ledger)."""
+    """Put the wrappers in place (idempotent); they ask
+    :func:`~torchdevice.redirecting.runtime.active` at each call. ``disable()`` takes
+    them out (the ledger)."""
     if ledger.has(GROUP):
         return
     ledger.set_attr(GROUP, DataParallel, "__init__", _init)

@@ -4,7 +4,7 @@ CUDA-first training scripts call ``init_process_group("nccl")``, ``new_group(bac
 "nccl")`` and ``DistributedDataParallel(model, device_ids=[local_rank])``. Off CUDA hosts
 NCCL does not exist, so while redirecting:
 
-* the backend a script asks for goes through :func:`torchdevice.policy.resolve_backend`
+* the backend a script asks for goes through :func:`torchdevice.redirecting.policy.resolve_backend`
   (``"nccl"`` -> ``"gloo"``, ``"cuda:nccl,cpu:gloo"`` -> ``"gloo"``), logged and reported at
   the user's line; ``dist.is_nccl_available()`` answers as ``torch.cuda.is_available()``
   does (true unless ``cuda_available=False``), so scripts that check it take the NCCL path
@@ -45,11 +45,11 @@ import torch.distributed.distributed_c10d as c10d
 from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import _pop_mode, _push_mode
 
-from torchdevice import ledger, nccl_forms
-from torchdevice.compiling import is_compiling
-from torchdevice.patches import gloo_workers
-from torchdevice.policy import resolve_backend
-from torchdevice.runtime import Runtime, active
+from torchdevice import ledger
+from torchdevice.patches import gloo_workers, nccl_forms
+from torchdevice.redirecting.compiling import is_compiling
+from torchdevice.redirecting.policy import resolve_backend
+from torchdevice.redirecting.runtime import Runtime, active
 
 __all__ = ["GROUP", "StagedGroup", "install", "off_the_stack", "spots", "staging_device"]
 
@@ -366,7 +366,7 @@ def _with_backend(original: Callable[..., Any], api: str) -> Callable[..., Any]:
 
 def _mark_nccl(api: str, requested: Any, resolved: Any, result: Any) -> None:
     """Remember the group a script created for NCCL, so its collectives take NCCL's forms
-    (:mod:`torchdevice.nccl_forms`); a ``new_group`` without a backend inherits the
+    (:mod:`torchdevice.patches.nccl_forms`); a ``new_group`` without a backend inherits the
     default group's."""
     if not dist.is_initialized():
         return
@@ -495,7 +495,7 @@ def _runner(name: str, device_type: str | None) -> nccl_forms.Run:
 
 def _collective(name: str) -> Callable[..., Any]:
     """Wrap the collective ``name``: on a group created for NCCL its NCCL-only forms are
-    rewritten into gloo's (:mod:`torchdevice.nccl_forms`), and device tensors gloo cannot
+    rewritten into gloo's (:mod:`torchdevice.patches.nccl_forms`), and device tensors gloo cannot
     take stage through CPU memory."""
     native = _ORIGINAL_COLLECTIVES[name]
     original = _RELEASED[name]
@@ -669,8 +669,9 @@ def _ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
 
 # -- installing --------------------------------------------------------------------------
 def install() -> None:
-    """Put the wrappers in place (idempotent); they ask :func:`~torchdevice.runtime.active`
-    at each call, so they adapt to the host. ``disable()`` takes them out (the ledger)."""
+    """Put the wrappers in place (idempotent); they ask
+    :func:`~torchdevice.redirecting.runtime.active` at each call, so they adapt to the
+    host. ``disable()`` takes them out (the ledger)."""
     if ledger.has(GROUP):
         return
     for owner in (dist, c10d):

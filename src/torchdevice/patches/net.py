@@ -14,9 +14,9 @@ scalar_tensor`` and ``Tensor.new_*`` reach ``aten::empty.memory_format``; ``*_li
 reaches ``aten::empty_strided``. This module registers a Python kernel for both on the
 dispatch key of each device type the build has no kernel for (CUDA on CPU and macOS
 builds; MPS on CUDA and CPU builds), which places the allocation on the runtime's one path
-(:meth:`~torchdevice.runtime.Runtime.place`, with its float64 rule), marks what it stands for
-(:mod:`torchdevice.standing`) and reports it at the user's line. The fill, arange or
-random draw that follows runs on the real device the tensor is on.
+(:meth:`~torchdevice.redirecting.runtime.Runtime.place`, with its float64 rule), marks what it
+stands for (:mod:`torchdevice.redirecting.standing`) and reports it at the user's line. The
+fill, arange or random draw that follows runs on the real device the tensor is on.
 
 It costs nothing elsewhere: a kernel on the CUDA key runs only for a dispatch that was
 going to the CUDA key, which on such a build only fails. Registered on ``enable()``,
@@ -41,9 +41,10 @@ from typing import Any, Final
 
 import torch
 
-from torchdevice import callsite, ledger
-from torchdevice.runtime import active
-from torchdevice.standing import mark_placed
+from torchdevice import ledger
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting.runtime import active
+from torchdevice.redirecting.standing import mark_placed
 
 __all__ = ["GROUP", "OPS", "dispatch_keys", "install", "installed", "spots"]
 
@@ -96,7 +97,7 @@ def _allocation(
 ) -> tuple[torch.device, bool | None, torch.dtype | None, bool]:
     """The real device for ``device``, the pin flag and dtype that can hold there, and
     whether to mark the result (``False`` while torch compiles), from
-    :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`.
+    :meth:`Runtime.place <torchdevice.redirecting.runtime.Runtime.place>`.
 
     Counted in the report at the first user frame above the kernel: the dispatcher calls
     the kernel from C++, so the Python frame above it made the torch call (or called

@@ -18,9 +18,10 @@ import re
 import warnings
 from typing import Any, Final
 
-from torchdevice import callsite, ledger
+from torchdevice import ledger
 from torchdevice.logs import GROUP as _LOGGING_GROUP
-from torchdevice.runtime import active
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting.runtime import active
 
 __all__ = ["ATTRIBUTE_GROUP", "NATIVE_GROUP", "attribute_warnings", "observe_native"]
 

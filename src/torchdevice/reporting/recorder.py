@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchdevice.logs import at_site, fallback_logger, redirects_logger
 from torchdevice.reporting.entries import Entry, EventKind, Key, by_count
@@ -18,9 +18,23 @@ from torchdevice.sites import CallSite, Position, position_of, site_of
 if TYPE_CHECKING:
     from types import FrameType
 
-    from torchdevice.policy import Decision
+__all__ = ["Decided", "Recorder", "api_name"]
 
-__all__ = ["Recorder", "api_name"]
+
+class Decided(Protocol):
+    """What the recorder reads of a decision (the redirect's
+    :class:`~torchdevice.redirecting.policy.Decision` is one): the report sits below the
+    redirect, so it names the fields it reads instead of importing the type."""
+
+    @property
+    def device(self) -> object: ...
+
+    @property
+    def requested(self) -> object | None: ...
+
+    @property
+    def reason(self) -> str: ...
+
 
 _API_NAMES = {"_parse_to": "Module.to", "device": "torch.device"}
 
@@ -62,7 +76,7 @@ class Recorder:
         self,
         frame: FrameType | None,
         api: str | Callable[..., Any],
-        decision: Decision,
+        decision: Decided,
         kind: EventKind,
     ) -> None:
         """Count ``decision`` (a redirect or an override) made at ``frame``'s call."""
@@ -82,7 +96,7 @@ class Recorder:
         self,
         frame: FrameType | None,
         api: str | Callable[..., Any],
-        decision: Decision,
+        decision: Decided,
         kind: EventKind,
     ) -> Key:
         requested = "none" if decision.requested is None else str(decision.requested)

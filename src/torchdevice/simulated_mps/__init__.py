@@ -120,8 +120,8 @@ __all__ = [
 
 
 #: The host choice that asks for the simulated device (``--host``, ``TORCHDEVICE_HOST``):
-#: the name of this package's entry in the ``torchdevice.backends`` group (``pyproject.toml``),
-#: spelled nowhere in the core.
+#: the name of this package's entry point in the ``torchdevice.backends`` group
+#: (``pyproject.toml``), spelled nowhere in the core.
 CHOICE = "simulated-mps"
 
 

@@ -122,7 +122,7 @@ class Kernels:
         ``set_`` and ``resize_`` change the device tensor's own storage.
         """
         # MPS convolves with its own kernels (_mps_convolution, mps_convolution_backward...:
-        # MPS-only entries of native_functions.yaml), which ATen's convolution picks for the
+        # MPS-only functions of native_functions.yaml), which ATen's convolution picks for the
         # MPS device type; for an out-of-tree device it calls these two instead.
         convolution = self._kernel(
             torch.ops.aten.convolution_overrideable.default, torch.ops.aten.convolution.default

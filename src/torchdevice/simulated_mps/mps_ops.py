@@ -5,7 +5,7 @@ CI, so the CPU fallback is only as well tested as the simulated device is faithf
 of "missing" ops typed in by hand drifts from PyTorch at every release (``erfinv``, long
 missing on MPS, has had a kernel for several releases). The torch wheel ships the file its
 kernels are generated from, ``torchgen/packaged/ATen/native/native_functions.yaml``; its
-``dispatch:`` entries say, per operator overload, which backends have a kernel. This module
+``dispatch:`` keys say, per operator overload, which backends have a kernel. This module
 reads it at run time, for the torch that is installed, once per process.
 
 Read the way torchgen reads it:
@@ -172,7 +172,7 @@ def parse_native_functions(text: str) -> dict[str, frozenset[str]]:
 
     Keys are ``aten::name.overload`` (``aten::name`` for the default overload), as the
     dispatcher prints them. The file is regular YAML written by hand in one layout (``- func:``
-    at column 0, fields at 2 spaces, dispatch entries at 4), which is parsed line by line:
+    at column 0, fields at 2 spaces, dispatch keys at 4), which is parsed line by line:
     a YAML library would add a dependency and take 100 times as long (the test suite checks
     this parse against PyYAML's).
     """

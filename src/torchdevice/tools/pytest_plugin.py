@@ -18,7 +18,7 @@ Registered through the ``pytest11`` entry point, so an installed torchdevice add
     file, with the parts of other child processes (:mod:`torchdevice.reporting.parts`).
 fixture ``torchdevice``
     redirects the one test that asks for it and restores torch after it; yields the active
-    :class:`~torchdevice.runtime.Runtime`.
+    :class:`~torchdevice.redirecting.runtime.Runtime`.
 marker ``@pytest.mark.torchdevice_native``
     the test runs natively even under ``--torchdevice``: redirection is off from its setup
     to its teardown and back on afterwards.
@@ -82,7 +82,7 @@ from torchdevice.tools import gate as ci_gate
 from torchdevice.tools.outputs import unwritable
 
 if TYPE_CHECKING:
-    from torchdevice.runtime import Runtime
+    from torchdevice.redirecting.runtime import Runtime
 
 __all__ = [
     "LIFETIME",

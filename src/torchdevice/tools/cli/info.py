@@ -19,7 +19,7 @@ from torchdevice import __version__
 from torchdevice.environment import activation_requested
 from torchdevice.errors import SettingsError
 from torchdevice.host import Host, forced_host, probe_host
-from torchdevice.policy import decide
+from torchdevice.redirecting.policy import decide
 from torchdevice.settings import ENV_VARS, FIELDS, load_settings
 from torchdevice.tools.cli.summaries import COMMANDS
 

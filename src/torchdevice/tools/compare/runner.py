@@ -118,8 +118,8 @@ def _plugin_autoloads() -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
     return any(
-        entry.value == "torchdevice.tools.pytest_plugin"
-        for entry in importlib.metadata.entry_points(group="pytest11")
+        point.value == "torchdevice.tools.pytest_plugin"
+        for point in importlib.metadata.entry_points(group="pytest11")
     )
 
 

@@ -77,7 +77,7 @@ GOVERNED_TYPES = frozenset(HOST_KINDS)
 _DEVICE_STRING = re.compile(r"(?P<type>[a-zA-Z_][a-zA-Z0-9_]*)(?::(?P<index>0|-1|[1-9][0-9]*))?")
 
 #: ``to-cpu``: a CUDA or MPS request on a CPU-only host. Not called "fallback", which is
-#: the word for an op rerun on the CPU (:mod:`torchdevice.fallback`).
+#: the word for an op rerun on the CPU (:mod:`torchdevice.redirecting.fallback`).
 Action = Literal["unchanged", "redirect", "to-cpu", "default", "override"]
 #: What a tensor means to the code that made it: host memory, or an accelerator's.
 Standing = Literal["host", "device"]
@@ -359,7 +359,7 @@ def resolve_backend(requested: str, host: Host) -> BackendDecision:
     NCCL runs only on CUDA devices, so off CUDA hosts ``"nccl"`` is ``"gloo"`` (which
     takes CPU tensors, and device tensors staged through CPU memory). A
     ``"cuda:nccl,cpu:gloo"`` string names one backend per device type: off CUDA hosts no
-    tensor is a CUDA tensor, so its ``cuda`` entry goes and each ``nccl`` becomes
+    tensor is a CUDA tensor, so its ``cuda`` part goes and each ``nccl`` becomes
     ``"gloo"``; when one backend is left for every device, it is named alone (``"gloo"``).
     Every other backend (``"gloo"``, ``"mpi"``, a plugin) and every CUDA host keep what
     was asked. Pure: no torch, no I/O; case-insensitive, as torch's ``Backend`` is.

@@ -8,15 +8,21 @@ dict lookup, not a parse), applies the ``cpu:-1`` toggle, converts decisions to
 Every request is placed on one path: :meth:`Runtime.place` (decide, count the redirect at
 the user's line, return the device and what the request stands for) over
 :meth:`Runtime.resolve` (the toggle) over :meth:`Runtime.lookup` (the one read of the
-decision cache). While dynamo traces, none of that is traced: decisions reach the graph as
-constants computed at trace time by :mod:`torchdevice.compiling`, which reads the same
-cache through :meth:`Runtime.lookup`.
+decision cache). A factory called without a device is the request ``None``: where
+device-less factories land (:attr:`Runtime.default_device` on an accelerator host, standing
+for the host). While dynamo traces, none of that is traced: decisions reach the graph as
+constants computed at trace time by :mod:`torchdevice.redirecting.compiling`, which reads
+the same cache through :meth:`Runtime.lookup`.
 
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
-path in its factory and ``Tensor.to`` wrappers (``entry_points._counted``), because the
-extra Python call cost it 1.9 % more instructions per redirected ``torch.zeros`` (commit
-2879ba0). ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike``
-runs every kind of request through both tiers and compares devices, standings and rows.
+path for an explicit device in its factory and ``Tensor.to`` wrappers
+(``entry_points._counted``), because an extra Python call on the redirected factory costs
+more than that tier's instruction budget allows (benchmarks/README.md, "Figures behind the
+redirect's design").
+``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike`` runs every
+kind of request through both tiers and compares devices, standings and rows; the device-less
+factory, which both tiers place through :meth:`Runtime.place`, is checked there too
+(``test_both_tiers_place_device_less_factories_through_runtime_place``).
 """
 
 from __future__ import annotations
@@ -29,17 +35,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchdevice import callsite, compiling
-from torchdevice.compiling import Resolved, compiler, is_compiling, is_tracing
 from torchdevice.errors import DeviceRequestError
 from torchdevice.host import Host
 from torchdevice.logs import redirects_logger as logger
-from torchdevice.policy import Decision, DeviceSpec, PolicyState, Standing, decide, has_float64
-from torchdevice.policy import pins as pins_rule
+from torchdevice.redirecting import callsite, compiling
+from torchdevice.redirecting.compiling import Resolved, compiler, is_compiling, is_tracing
+from torchdevice.redirecting.policy import (
+    Decision,
+    DeviceSpec,
+    PolicyState,
+    Standing,
+    decide,
+    has_float64,
+)
+from torchdevice.redirecting.policy import pins as pins_rule
+from torchdevice.redirecting.standing import READ_CPU, requested
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder, api_name
 from torchdevice.sites import site_of
-from torchdevice.standing import READ_CPU, requested
 
 if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable()
     from types import FrameType
@@ -47,6 +60,9 @@ if TYPE_CHECKING:  # the settings model imports pydantic: only load it on enable
     from torchdevice.settings import Settings
 
 __all__ = ["Resolved", "Runtime", "active", "set_active"]
+
+#: Why a device-less factory stays on the CPU (the decision of the request ``None``).
+_DEFAULT_STAYS = "device-less factories stay on the CPU here"
 
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE = torch.device
@@ -59,7 +75,7 @@ class Runtime:
 
     def __init__(self, host: Host, settings: Settings, recorder: Recorder | None = None) -> None:
         #: This runtime's number in the process: compiled code names the runtime by it
-        #: and guards on it (:func:`torchdevice.compiling.register`).
+        #: and guards on it (:func:`torchdevice.redirecting.compiling.register`).
         self.serial = compiling.register(self)
         self.host = host
         self.settings = settings
@@ -73,10 +89,10 @@ class Runtime:
         self._lock = threading.Lock()
         #: The function mode's table (function -> handler; ``intercepts.build_table``)
         #: and its distinct handlers, owned here and set once by :meth:`use_table`: every
-        #: :class:`~torchdevice.mode.DeviceMode` serving this runtime reads this table, and
-        #: compiled code looks handlers up here by index
-        #: (:func:`~torchdevice.compiling.traced_slot`), so a graph guards on this runtime,
-        #: which later activations with the same host and settings reuse.
+        #: :class:`~torchdevice.redirecting.mode.DeviceMode` serving this runtime reads this table,
+        #: and compiled code looks handlers up here by index
+        #: (:func:`~torchdevice.redirecting.compiling.traced_slot`), so a graph guards on this
+        #: runtime, which later activations with the same host and settings reuse.
         self.table: Mapping[Callable[..., Any], Callable[..., Any]] = {}
         self.handlers: tuple[Callable[..., Any], ...] = ()
         #: The decision cache, keyed by (type, request): read only by :meth:`lookup`.
@@ -86,7 +102,8 @@ class Runtime:
         # The decision-shaped record of each device-module API the facades answered.
         self._api_decisions: dict[str, Decision] = {}
         accelerator = host.accelerator
-        #: Where factories called without a device go; ``None`` leaves them alone.
+        #: Where factories called without a device go; ``None`` leaves them alone. The
+        #: device of :meth:`place`'s answer for the request ``None`` where it is not ``None``.
         self.default_device: torch.device | None = (
             None if accelerator is None else self.torch_device(decide(None, host).device)
         )
@@ -158,7 +175,7 @@ class Runtime:
         with the ``cpu:-1`` toggle applied.
 
         While dynamo traces, the answer is a constant of the graph instead
-        (:func:`~torchdevice.compiling.resolve_traced`).
+        (:func:`~torchdevice.redirecting.compiling.resolve_traced`).
         """
         if is_tracing():
             return compiling.resolve_traced(self, request)
@@ -171,8 +188,9 @@ class Runtime:
         """The cached resolution of ``request``, decided and cached on a miss; the toggle
         is the caller's to apply.
 
-        The one read of the decision cache, shared by the eager and the traced paths.
-        Keyed by the request's type too, so ``1`` and ``True`` never share an entry.
+        The one read of the decision cache, shared by the eager and the traced paths (the
+        entry-points tier's inlined copy aside, named in the module's docstring).
+        Keyed by the request's type too, so ``1`` and ``True`` never share a cached decision.
         """
         if request is READ_CPU:  # where a CPU tensor is, not a request for the host
             return self._read_cpu
@@ -190,16 +208,21 @@ class Runtime:
 
         A ``cpu:-1`` toggle is never cached: each request flips the override again.
         """
-        try:
-            decision = decide(request, self.host, self._state, self._extra_types)
-        except DeviceRequestError:
-            # A backend registered since this activation began (a renamed PrivateUse1)
-            # is a valid device type too: learn its name and decide again.
-            name = torch._C._get_privateuse1_backend_name()
-            if name in self._extra_types:
-                raise
-            self._extra_types = self._extra_types | {name}
-            decision = decide(request, self.host, self._state, self._extra_types)
+        if request is None and self.default_device is None:
+            # Device-less factories stay on the CPU: a CPU-only host (the policy's answer
+            # too) or a process that keeps its host requests (:meth:`keep_host_requests`).
+            decision = Decision(DeviceSpec("cpu", 0), None, "default", _DEFAULT_STAYS)
+        else:
+            try:
+                decision = decide(request, self.host, self._state, self._extra_types)
+            except DeviceRequestError:
+                # A backend registered since this activation began (a renamed PrivateUse1)
+                # is a valid device type too: learn its name and decide again.
+                name = torch._C._get_privateuse1_backend_name()
+                if name in self._extra_types:
+                    raise
+                self._extra_types = self._extra_types | {name}
+                decision = decide(request, self.host, self._state, self._extra_types)
         device = self.torch_device(decision.device)
         resolved = (decision, device, _report_kind(decision))
         if logger.isEnabledFor(logging.DEBUG):  # once per distinct request: it is cached
@@ -247,21 +270,25 @@ class Runtime:
         for (``None`` while torch compiles: marks are for eager tensors), reported when it
         moved.
 
-        The one placement path of every intercept, wrapper and kernel: resolve (one cached
-        lookup), count a redirect or a ``cpu:-1`` override at the user's line (not while
-        torch compiles, nor with ``report=False`` for torch's own calls), and return the
-        ``torch.device`` to use. The compile check is asked here only: callers read the
-        standing (:func:`~torchdevice.standing.requested`: a remembered device object's,
-        else its parsed value's) instead of asking again. ``api`` names the call in the
-        report, and the path from the mode to here (:func:`~torchdevice.callsite.caller`).
-        ``report``, ``method`` and ``where`` are not keyword-only: Python 3.11 specialises
-        calls of functions without keyword-only parameters (``CALL_PY_WITH_DEFAULTS``),
-        and this is the hot path of every redirect. ``method`` names the ``Module`` method
-        the request came through (``"cuda"``, ``"to"``): overrides of it that call
-        ``super()`` are skipped, so the row lands where the user called it
-        (:func:`~torchdevice.callsite.past_overrides`). ``where`` finds the user's frame
-        instead, for a caller that is not below the mode or a wrapper (the dispatcher's
-        kernels of :mod:`torchdevice.patches.net`); it runs only when there is a row.
+        The one placement path of every intercept, wrapper and kernel (the entry-points
+        tier's inlined copy for an explicit device is named in the module's docstring), a
+        device-less factory's too (``request`` ``None``): resolve (one cached lookup), count
+        a redirect or a ``cpu:-1`` override at the user's line (not while torch compiles,
+        nor with ``report=False`` for torch's own calls), and return the ``torch.device`` to
+        use. Callers do not ask the compile check again: they read the standing
+        (:func:`~torchdevice.redirecting.standing.requested`: a remembered device object's,
+        else its parsed value's), ``None`` while torch compiles. ``api`` names the call in
+        the report, and the path from the mode to here
+        (:func:`~torchdevice.redirecting.callsite.caller`). ``report``, ``method`` and
+        ``where`` are not keyword-only: Python 3.11 specialises calls of functions without
+        keyword-only parameters (``CALL_PY_WITH_DEFAULTS``), and this is the hot path of
+        every redirect. ``method`` names the ``Module`` method the request came through
+        (``"cuda"``, ``"to"``): overrides of it that call ``super()`` are skipped, so the
+        row lands where the user called it
+        (:func:`~torchdevice.redirecting.callsite.past_overrides`). ``where`` finds the
+        user's frame instead, for a caller that is not below the mode or a wrapper (the
+        dispatcher's kernels of :mod:`torchdevice.patches.net`); it runs only when there is
+        a row.
         """
         if is_tracing() or compiler._is_compiling_flag:  # compiling: nothing recorded
             decision, device, _ = self.resolve(request)
@@ -300,7 +327,7 @@ class Runtime:
     def pins(self, device_type: str | None) -> bool:
         """Whether ``pin_memory=True`` can mean anything on this host for a tensor on
         ``device_type`` (``None``: not known yet): the pin-memory rule
-        (:func:`torchdevice.policy.pins`)."""
+        (:func:`torchdevice.redirecting.policy.pins`)."""
         return pins_rule(self.host, device_type)
 
     def narrow_float64(

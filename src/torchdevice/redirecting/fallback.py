@@ -1,8 +1,9 @@
 """Rerun on the CPU the ops the accelerator cannot run.
 
 The fallback lives in the function mode's error path, not in a ``TorchDispatchMode``: a
-dispatch mode costs ~4 µs on every aten op and turns ``torch.compile`` into eager
-execution, while a ``try`` around the call costs nothing until an op fails. When a call
+dispatch mode runs Python on every aten op and turns ``torch.compile`` into eager
+execution (benchmarks/README.md), while a ``try`` around the call costs nothing until an
+op fails. When a call
 raises a *device-capability* error on the accelerator, the call is rerun with its tensor
 arguments copied to the CPU, and its tensor results are moved back — same return
 structure, dtypes and autograd (the copies are differentiable, so gradients flow through
@@ -35,9 +36,9 @@ from typing import Any, Final, NamedTuple
 import torch
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from torchdevice.policy import is_inplace
+from torchdevice.redirecting.policy import is_inplace
+from torchdevice.redirecting.runtime import Runtime
 from torchdevice.reporting.recorder import api_name
-from torchdevice.runtime import Runtime
 
 __all__ = [
     "CAPABILITY_ERRORS",
@@ -115,7 +116,7 @@ CAPABILITY_ERRORS: Final[tuple[CapabilityError, ...]] = (
 
 #: The exception classes the mode's ``except`` clause catches: those of the table.
 CAPABILITY_ERROR_TYPES: Final[tuple[type[Exception], ...]] = tuple(
-    dict.fromkeys(entry.kind for entry in CAPABILITY_ERRORS)
+    dict.fromkeys(rule.kind for rule in CAPABILITY_ERRORS)
 )
 
 #: Calls never rerun on the CPU, whatever they raise: their meaning is the identity of their
@@ -133,10 +134,10 @@ _Key = tuple[Callable[..., Any], tuple[torch.dtype, ...], torch.device]
 
 def is_capability_error(error: BaseException) -> bool:
     """Whether ``error`` says the device cannot run the call (not that the call is wrong):
-    whether an entry of :data:`CAPABILITY_ERRORS` matches its class and message."""
-    for entry in CAPABILITY_ERRORS:
-        if isinstance(error, entry.kind) and (
-            entry.message is None or entry.message.search(str(error)) is not None
+    whether a rule of :data:`CAPABILITY_ERRORS` matches its class and message."""
+    for rule in CAPABILITY_ERRORS:
+        if isinstance(error, rule.kind) and (
+            rule.message is None or rule.message.search(str(error)) is not None
         ):
             return True
     return False

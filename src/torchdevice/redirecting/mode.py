@@ -9,12 +9,12 @@ Invariants (enforced by :func:`push` and :func:`remove`):
 
 The fast path is one dict lookup: a function missing from the table is called as is. On
 hosts with an accelerator it also sits in a ``try`` (free until something raises) whose
-``except`` hands device-capability errors to :mod:`torchdevice.fallback`.
+``except`` hands device-capability errors to :mod:`torchdevice.redirecting.fallback`.
 
-The table is the runtime's (:attr:`Runtime.table <torchdevice.runtime.Runtime.table>`,
+The table is the runtime's (:attr:`Runtime.table <torchdevice.redirecting.runtime.Runtime.table>`,
 built here once per runtime); the mode holds it for the fast path while it is live.
 Dynamo traces ``__torch_function__`` into every graph compiled under the mode. There the
-table is looked up by :func:`~torchdevice.compiling.traced_slot`, a constant function,
+table is looked up by :func:`~torchdevice.redirecting.compiling.traced_slot`, a constant function,
 so that a graph guards on the runtime, not on every key of the table.
 """
 
@@ -25,16 +25,16 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode
 
-from torchdevice import callsite
-from torchdevice.compiling import is_tracing, traced_slot
-from torchdevice.fallback import (
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting.compiling import is_tracing, traced_slot
+from torchdevice.redirecting.fallback import (
     CAPABILITY_ERROR_TYPES,
     Fallback,
     Unsupported,
     is_capability_error,
 )
-from torchdevice.intercepts import Handler, build_table
-from torchdevice.runtime import Runtime
+from torchdevice.redirecting.intercepts import Handler, build_table
+from torchdevice.redirecting.runtime import Runtime
 
 __all__ = ["DeviceMode", "is_on_stack", "push", "remove", "remove_all"]
 
@@ -117,14 +117,14 @@ class DeviceMode(TorchFunctionMode):
         self.fallback = None
 
 
-# Torch enters torchdevice here: the frame above this one made the torch call.
-callsite.set_entry(DeviceMode.__torch_function__.__code__)
+# Torch enters torchdevice here (the mode's door): the frame above this one made the call.
+callsite.set_door(DeviceMode.__torch_function__.__code__)
 
 
 def is_on_stack(mode: DeviceMode) -> bool:
     """Whether ``mode`` is on the calling thread's function-mode stack (by identity)."""
     stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
-    return any(entry is mode for entry in stack)
+    return any(held is mode for held in stack)
 
 
 def push(mode: DeviceMode) -> bool:
@@ -148,8 +148,8 @@ def remove(mode: DeviceMode) -> bool:
         if top is mode:
             break
         above.append(top)
-    for entry in reversed(above):
-        entry.__enter__()  # restores the modes entered after ours, in order
+    for other in reversed(above):
+        other.__enter__()  # restores the modes entered after ours, in order
     return True
 
 
@@ -159,5 +159,5 @@ def remove_all() -> None:
     A thread can hold more than one: the inert mode of an earlier activation and the
     current one. Other modes stay, in their order.
     """
-    for entry in [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]:  # type: ignore[no-untyped-call]
-        remove(entry)
+    for ours in [m for m in _get_current_function_mode_stack() if isinstance(m, DeviceMode)]:  # type: ignore[no-untyped-call]
+        remove(ours)

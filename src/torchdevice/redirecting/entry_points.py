@@ -4,15 +4,14 @@ of a ``TorchFunctionMode``.
 
 Why a second way in: a function mode is called on every torch call, an attribute read such
 as ``p.grad`` included, whether or not it takes a device, and PyTorch sets a floor under
-that call (pytorch/pytorch#92701; measured in benchmarks/README.md: a do-nothing Python mode
-adds about as many instructions as ``a + b`` itself costs). No torch mechanism lets an op
+that call (pytorch/pytorch#92701; its size: benchmarks/README.md). No torch mechanism lets an op
 without a device skip a mode, so the only way under that floor is not to have one on the
 stack. Here every call that cannot take a device is native, and the functions of the mode's
-own table (:func:`torchdevice.intercepts.build_table`: torch's ``_device_constructors()``,
-``*_like``, ``Tensor.new_*``, ``Tensor.to/cuda/cpu/type/pin_memory``, ``_parse_to`` under
-``Module.to``, and on accelerator hosts ``Tensor.numpy`` and the random ops that take a
-generator) are wrapped at their public names. Each wrapper calls the mode's handler for its
-function with the active :class:`~torchdevice.runtime.Runtime`: one policy, one decision
+own table (:func:`torchdevice.redirecting.intercepts.build_table`: torch's
+``_device_constructors()``, ``*_like``, ``Tensor.new_*``, ``Tensor.to/cuda/cpu/type/pin_memory``,
+``_parse_to`` under ``Module.to``, and on accelerator hosts ``Tensor.numpy`` and the random ops that
+take a generator) are wrapped at their public names. Each wrapper calls the mode's handler for its
+function with the active :class:`~torchdevice.redirecting.runtime.Runtime`: one policy, one decision
 cache, one report, one ledger.
 
 ``torch.device`` is a C type that cannot be subclassed; it is replaced by a stand-in class
@@ -49,25 +48,26 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 from torch.utils._device import DeviceContext, _device_constructors
 
-from torchdevice import callsite, ledger
-from torchdevice import runtime as runtime_module
-from torchdevice.compiling import compiler, is_tracing
-from torchdevice.handlers import (
+from torchdevice import ledger
+from torchdevice.host import Host
+from torchdevice.logs import logger
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting import runtime as runtime_module
+from torchdevice.redirecting.compiling import compiler, is_tracing
+from torchdevice.redirecting.handlers import (
     DATA_FACTORIES,
     device_ctor,
     explicit_factory,
     factory,
     is_device_arg,
 )
-from torchdevice.handlers import tensor_to as tensor_to_handler
-from torchdevice.host import Host
-from torchdevice.intercepts import Handler, build_table
-from torchdevice.logs import logger
-from torchdevice.runtime import Runtime
-from torchdevice.standing import mark_placed, moved, requested
+from torchdevice.redirecting.handlers import tensor_to as tensor_to_handler
+from torchdevice.redirecting.intercepts import Handler, build_table
+from torchdevice.redirecting.runtime import Runtime
+from torchdevice.redirecting.standing import mark_placed, moved, requested
 
 if TYPE_CHECKING:
-    from torchdevice.policy import Decision, Standing
+    from torchdevice.redirecting.policy import Decision, Standing
     from torchdevice.reporting import EventKind
 
 __all__ = [
@@ -90,7 +90,8 @@ GROUP: Final = "entry-point wrappers"
 REAL_DEVICE: Final = torch.device
 
 #: ``Tensor.device``'s C getter: its key in the table on accelerator hosts
-#: (:func:`torchdevice.handlers.tensor_device`; the mode sees the property as a function).
+#: (:func:`torchdevice.redirecting.handlers.tensor_device`; the mode sees the property as a
+#: function).
 _DEVICE_GET: Final = torch._C.TensorBase.device.__get__
 
 #: Functions of the mode's table that this tier does not wrap, and why.
@@ -208,7 +209,7 @@ def _counted(
 def _torch_cpu() -> bool:
     """Whether the caller of the wrapper that asks is torch's own code asking for the CPU
     by name: it stays there, unreported, as ``Runtime.place`` keeps it
-    (:func:`~torchdevice.callsite.torch_names_cpu`)."""
+    (:func:`~torchdevice.redirecting.callsite.torch_names_cpu`)."""
     return callsite.torch_names_cpu(sys._getframe(2))
 
 
@@ -216,11 +217,12 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
     """A factory (``factory``/``explicit_factory`` handler) with its common calls inlined.
 
     A device-less call is native where device-less factories stay put (a CPU-only host),
-    and placed here where they go to the accelerator, unless a rule of the handler's
-    applies (``out=``, a generator, pinning, float64 on MPS). A call whose ``device=`` has
+    and placed by ``Runtime.place`` (the request ``None``) where they go to the
+    accelerator, unless a rule of the handler's applies (``out=``, a generator, pinning,
+    float64 on MPS): then the handler places it. A call whose ``device=`` has
     a cached decision is placed here: the device swapped in, the call site counted at the
     caller's frame (one frame read when the caller is user code), the result's storage
-    marked for the copy semantics (:mod:`torchdevice.standing`), as the handler does.
+    marked for the copy semantics (:mod:`torchdevice.redirecting.standing`), as the handler does.
     Everything else (a first request, dynamo, a native section) takes the handler.
     """
     places_default = handler is factory
@@ -249,8 +251,8 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 or (_busy and _get_ident() in _busy)
                 or _all_disabled()
             ):
-                kwargs["device"] = default
-                return mark_placed(original(*args, **kwargs), "host")
+                _, kwargs["device"], wanted = rt.place(None, original)  # where they land
+                return mark_placed(original(*args, **kwargs), wanted)
         elif not (
             rt.float64_device is not None
             or "pin_memory" in kwargs
@@ -290,7 +292,7 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
     ``device=`` (``x.to(other.device)`` and ``x.to(device=..., dtype=...)`` run several times
     per token in ``generate``) with a cached decision is placed here as the handler places
     it: the device swapped in, the call counted at the caller's line (not for a device
-    object), the copy semantics (:func:`~torchdevice.standing.moved`). The rest (a first
+    object), the copy semantics (:func:`~torchdevice.redirecting.standing.moved`). The rest (a first
     request, the dtype rule, dynamo, a native section) takes the handler."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -387,16 +389,16 @@ device.__qualname__ = device.__name__ = "device"
 device.__doc__ = REAL_DEVICE.__doc__
 
 
-def _entries() -> tuple[CodeType, ...]:
+def _doors() -> tuple[CodeType, ...]:
     """The code through which torch calls reach the handlers in this tier: the wrappers'
-    (see :func:`torchdevice.callsite.add_entry`)."""
+    (its doors: see :func:`torchdevice.redirecting.callsite.add_door`)."""
     dummy: Handler = factory
     wrappers = (make(len, dummy) for make in (_wrapper, _factory_wrapper, _to_wrapper))
     return (*(wrapper.__code__ for wrapper in wrappers), _DeviceClass.__call__.__code__)
 
 
-for _code in _entries():
-    callsite.add_entry(_code)
+for _code in _doors():
+    callsite.add_door(_code)
 
 
 def _owners() -> Iterator[ModuleType | type]:

@@ -1,8 +1,8 @@
 """The table of device-taking torch functions, and how each one's device is rewritten.
 
 The function mode looks a function up here and nothing else: a function missing from the
-table leaves through the fast path untouched. The handlers (:mod:`torchdevice.handlers`)
-receive the current :class:`~torchdevice.runtime.Runtime`, the function and its
+table leaves through the fast path untouched. The handlers (:mod:`torchdevice.redirecting.handlers`)
+receive the current :class:`~torchdevice.redirecting.runtime.Runtime`, the function and its
 arguments, and call the function with the device the policy decided. The table comes
 first, as ``torch/utils/_device.py`` opens on its own; the lists it is built from follow.
 
@@ -29,7 +29,8 @@ from typing import Any
 
 import torch
 
-from torchdevice.handlers import (
+from torchdevice.host import Host
+from torchdevice.redirecting.handlers import (
     constructor_overload,
     device_ctor,
     explicit_factory,
@@ -47,20 +48,19 @@ from torchdevice.handlers import (
     tensor_to,
     tensor_type,
 )
-from torchdevice.host import Host
-from torchdevice.policy import has_float64
-from torchdevice.runtime import Runtime
+from torchdevice.redirecting.policy import has_float64
+from torchdevice.redirecting.runtime import Runtime
 
 __all__ = ["LEFT_OUT", "Handler", "build_table"]
 
-#: What the table maps a function to (:mod:`torchdevice.handlers`).
+#: What the table maps a function to (:mod:`torchdevice.redirecting.handlers`).
 Handler = Callable[[Runtime, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 
 
 def build_table(host: Host) -> Mapping[Callable[..., Any], Handler]:
     """Every intercepted function for ``host``, mapped to its handler.
 
-    Host-dependent entries are left out where they cannot matter (``.numpy()`` of a tensor
+    Host-dependent functions are left out where they cannot matter (``.numpy()`` of a tensor
     on the CPU needs no help), so the mode's fast path stays a single dict miss.
     """
     table: dict[Callable[..., Any], Handler] = dict.fromkeys(_factories(), factory)

@@ -34,8 +34,8 @@ from typing import Final
 
 import torch
 
-from torchdevice.compiling import compiler, is_tracing
-from torchdevice.policy import Standing
+from torchdevice.redirecting.compiling import compiler, is_tracing
+from torchdevice.redirecting.policy import Standing
 
 __all__ = [
     "READ_CPU",
@@ -155,7 +155,7 @@ def moved(source: torch.Tensor, result: torch.Tensor, target: Standing) -> torch
     itself. Crossing between host and device: an independent copy, even where torch
     returned ``source`` because the real device is the same. Eager code only (compiled
     code's fake tensors keep their storages untouched): ``target`` is a standing from
-    :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`, which is ``None`` while
+    :meth:`Runtime.place <torchdevice.redirecting.runtime.Runtime.place>`, which is ``None`` while
     torch compiles, so the caller skips this then without asking again.
     """
     if result is source:  # torch found nothing to do: the real device is the same

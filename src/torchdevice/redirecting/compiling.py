@@ -3,7 +3,7 @@
 Dynamo traces the function mode's ``__torch_function__`` and the handlers into every
 graph compiled while torchdevice redirects. Nothing of torchdevice's bookkeeping may be
 traced: a lock, an exception or a cache read in a graph would break it or put a guard on
-every cache entry. So every answer compiled code needs comes from a *constant function*
+every cached decision. So every answer compiled code needs comes from a *constant function*
 (:func:`constant_for_dynamo`), which dynamo runs eagerly at trace time and whose result it
 puts in the graph as a constant, guarded only on its arguments:
 
@@ -24,11 +24,11 @@ Two questions, each asked one way in the whole package:
 * "Are we compiling?" (record nothing, mark no tensor): :func:`is_compiling`.
   ``torch.compiler.is_compiling()`` is ``torch.jit.is_scripting() or`` a module flag, and
   ``is_scripting()`` is always False in Python code (TorchScript never runs torchdevice's
-  Python): three Python calls where one will do. Measured with callgrind on the redirected
-  factory and ``Tensor.to`` paths, that call was several hundred instructions of each
-  (benchmarks/README.md). The paths that run on every call (:meth:`Runtime.place
-  <torchdevice.runtime.Runtime.place>`, the facades' call counter, the entry-points
-  tier's wrappers, :mod:`torchdevice.standing`) inline its body, spelled the same::
+  Python): three Python calls where one will do, on paths that run on every redirect
+  (their cost: benchmarks/README.md). Those paths (:meth:`Runtime.place
+  <torchdevice.redirecting.runtime.Runtime.place>`, the facades' call counter, the
+  entry-points tier's wrappers, :mod:`torchdevice.redirecting.standing`) inline its body,
+  spelled the same::
 
       if is_tracing() or compiler._is_compiling_flag: ...
 
@@ -38,9 +38,9 @@ Two questions, each asked one way in the whole package:
   while dynamo compiles or ``torch.export`` traces sees the flag, which torch holds True
   for that time. ``tests/test_compiling.py`` checks both agree with torch's.
 
-A redirected request asks once: :meth:`Runtime.place <torchdevice.runtime.Runtime.place>`
-answers ``None`` for what it stands for while compiling, and the marks that follow skip a
-``None``.
+A redirected request asks once: :meth:`Runtime.place
+<torchdevice.redirecting.runtime.Runtime.place>` answers ``None`` for what it stands for while
+compiling, and the marks that follow skip a ``None``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
-from torchdevice.policy import Action, Decision, DeviceSpec, PolicyState
+from torchdevice.redirecting.policy import Action, Decision, DeviceSpec, PolicyState
 
 if TYPE_CHECKING:
     from torchdevice.reporting import EventKind
@@ -117,7 +117,7 @@ Resolved = tuple[Decision, torch.device, "EventKind | None"]
 
 
 class TracedRuntime(Protocol):
-    """What compiled code reads of a runtime (:class:`torchdevice.runtime.Runtime`): its
+    """What compiled code reads of a runtime (:class:`torchdevice.redirecting.runtime.Runtime`): its
     serial number, its function table and handlers, its decisions and devices."""
 
     serial: int
@@ -161,13 +161,14 @@ def traced_slot(serial: int, live: bool, func: Callable[..., Any]) -> int:
     (-1: none), as dynamo sees it: run at trace time, its answer a constant.
 
     Read as a dict, the table would put one guard per function in it (a hundred or so) on
-    every compiled call, which cost more than the model on a small compiled model on a GPU
-    (issue 12). Dynamo guards on ``serial`` and ``live`` (one guard each) instead. The
-    runtime outlives its activations (``enable()`` with the same settings reuses it), so
-    compiled graphs survive ``disable()``/``enable()`` cycles; ``live`` turns false when a
-    mode retires, so a graph traced while it redirected is traced again once it passes
-    everything through. The answer is an index, not the handler: an object made at trace
-    time has no source dynamo can guard, while ``runtime.handlers[i]`` has.
+    every compiled call, which can cost more than a small compiled model itself on a GPU
+    (benchmarks/README.md, ``compiled.py``). Dynamo guards on ``serial`` and ``live`` (one
+    guard each) instead. The runtime outlives its activations (``enable()`` with the same
+    settings reuses it), so compiled graphs survive ``disable()``/``enable()`` cycles;
+    ``live`` turns false when a mode retires, so a graph traced while it redirected is
+    traced again once it passes everything through. The answer is an index, not the
+    handler: an object made at trace time has no source dynamo can guard, while
+    ``runtime.handlers[i]`` has.
     """
     if not live:
         return -1
@@ -191,8 +192,8 @@ _Flat = tuple[
 
 
 def resolve_traced(runtime: TracedRuntime, request: object) -> Resolved:
-    """:meth:`Runtime.resolve <torchdevice.runtime.Runtime.resolve>` while dynamo traces:
-    a constant the graph is specialised on.
+    """:meth:`Runtime.resolve <torchdevice.redirecting.runtime.Runtime.resolve>` while dynamo
+    traces: a constant the graph is specialised on.
 
     Dynamo runs :func:`_traced_resolution` eagerly at trace time instead of tracing it,
     and guards only on what the answer depends on: the runtime (by its serial), the CPU
@@ -244,8 +245,8 @@ def _traced_resolution(serial: int, cpu_override: bool, request: object) -> _Fla
 
 
 def traced_device(runtime: TracedRuntime, spec: DeviceSpec) -> torch.device:
-    """:meth:`Runtime.torch_device <torchdevice.runtime.Runtime.torch_device>` while dynamo
-    traces: a constant, computed eagerly (guards: the runtime's serial and the spec)."""
+    """:meth:`Runtime.torch_device <torchdevice.redirecting.runtime.Runtime.torch_device>` while
+    dynamo traces: a constant, computed eagerly (guards: the runtime's serial and the spec)."""
     return _traced_device(runtime.serial, spec.type, spec.index)
 
 

@@ -1,8 +1,8 @@
 """Find the line of user code that made a torch call.
 
 Redirects are logged with the user's file, line and function, not torch's frames or ours.
-A handler reached through the function mode starts the walk above the mode's own frame
-(:func:`caller`), which it finds by its code object: user code calling ``torch.zeros``
+A handler reached through the function mode starts the walk above the door frame, the mode's
+own (:func:`caller`), which it finds by its code object: user code calling ``torch.zeros``
 directly costs two frame objects and two dict lookups; only calls that arrive through
 torch's own Python code (``Module.to`` reaching ``_parse_to``) walk further up the stack.
 """
@@ -18,13 +18,13 @@ from types import CodeType, FrameType
 from torchdevice.sites import position_of
 
 __all__ = [
-    "add_entry",
+    "add_door",
     "caller",
     "entered",
     "first_user",
     "is_internal",
     "past_overrides",
-    "set_entry",
+    "set_door",
     "torch_names_cpu",
     "user_frame",
 ]
@@ -36,8 +36,9 @@ def _package_dir(module_name: str) -> str:
 
 
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
-# Keyed by id(code): hashing a code object recomputes its hash on every lookup (~0.1 µs on
-# 3.11). The code objects are kept alive in _seen so their ids are never reused.
+# Keyed by id(code): a code object's hash is recomputed on every lookup, an int's is itself
+# (the cost: benchmarks/README.md). The code objects are kept alive in _seen so their ids
+# are never reused.
 internal_cache: dict[int, bool] = {}
 _seen: list[CodeType] = []
 _lock = threading.Lock()
@@ -112,48 +113,49 @@ def past_overrides(frame: FrameType | None, method: str) -> FrameType | None:
     return frame
 
 
-#: The code through which torch calls enter torchdevice: the function mode's
-#: ``__torch_function__`` first (set by :mod:`torchdevice.mode`), then the entry-points
-#: tier's wrappers (:mod:`torchdevice.entry_points`). Everything below such a frame is
-#: torchdevice's own handler code; the frame above it called torch.
-_entry: tuple[CodeType, ...] = ()
-_mode_entry: tuple[CodeType, ...] = ()
-_other_entries: tuple[CodeType, ...] = ()
+#: The doors: the code through which torch calls enter torchdevice, the function mode's
+#: ``__torch_function__`` first (set by :mod:`torchdevice.redirecting.mode`), then the
+#: entry-points tier's wrappers (:mod:`torchdevice.redirecting.entry_points`). Everything
+#: below such a frame (a door frame) is torchdevice's own handler code; the frame above it
+#: called torch.
+_doors: tuple[CodeType, ...] = ()
+_mode_door: tuple[CodeType, ...] = ()
+_other_doors: tuple[CodeType, ...] = ()
 #: How many frames lie between the function that asked :func:`caller` (or :func:`entered`)
-#: and the entry, per path key, as found by walking up once; 0 where that path does not
-#: come through an entry (a wrapper of torchdevice.patches on torch).
+#: and the door frame, per path key, as found by walking up once; 0 where that path does
+#: not come through a door (a wrapper of torchdevice.patches on torch).
 _depths: dict[object, int] = {}
 
 
-def set_entry(code: CodeType) -> None:
-    """Name the function mode's code through which torch calls into torchdevice (see
-    :func:`caller`)."""
-    global _entry, _mode_entry
-    _mode_entry = (code,)
-    _entry = (*_mode_entry, *_other_entries)
+def set_door(code: CodeType) -> None:
+    """Name the function mode's code through which torch calls into torchdevice, its door
+    (see :func:`caller`)."""
+    global _doors, _mode_door
+    _mode_door = (code,)
+    _doors = (*_mode_door, *_other_doors)
     _depths.clear()
 
 
-def add_entry(code: CodeType) -> None:
+def add_door(code: CodeType) -> None:
     """Name another code through which torch calls reach a handler (a wrapper of the
     entry-points tier), after the mode's."""
-    global _entry, _other_entries
-    if not any(code is known for known in _other_entries):
-        _other_entries = (*_other_entries, code)
-    _entry = (*_mode_entry, *_other_entries)
+    global _doors, _other_doors
+    if not any(code is known for known in _other_doors):
+        _other_doors = (*_other_doors, code)
+    _doors = (*_mode_door, *_other_doors)
     _depths.clear()
 
 
 def caller(key: object) -> FrameType | None:
     """The user frame that made the torch call the asking function is serving.
 
-    Found above the mode's entry frame (:func:`set_entry`) when the call came through the
-    mode; otherwise, from a wrapper outside the mode, the first user frame above the
-    asking function. ``key`` names the path from the entry to the asking function: the
+    Found above the door frame (:func:`set_door`, :func:`add_door`) when the call came
+    through a door; otherwise, from a wrapper outside them, the first user frame above the
+    asking function. ``key`` names the path from the door to the asking function: the
     same key is always asked from the same depth (a handler's ``func``, a wrapper's API
     name). That depth is found once, by walking up frame by frame (:func:`_learn`), and
     then read with one ``sys._getframe`` that builds no frame object for the handler
-    frames in between (about 0.1 µs each, on the redirect hot path). The entry's code
+    frames in between (each one built would cost the redirect hot path). The door's code
     object is checked every time: a key met at another depth is walked again.
     """
     depth = _depths.get(key)
@@ -162,13 +164,13 @@ def caller(key: object) -> FrameType | None:
             frame: FrameType | None = sys._getframe(depth + 1)
         except ValueError:  # the stack is shallower than that path's
             frame = None
-        if frame is not None and frame.f_code in _entry:
+        if frame is not None and frame.f_code in _doors:
             frame = frame.f_back
             if frame is not None and internal_cache.get(id(frame.f_code)) is False:
                 return frame  # user code called torch directly: the common case, no walk
             return first_user(frame)
-    entry = None if depth == 0 else _learn(key)
-    return first_user(sys._getframe(1) if entry is None else entry.f_back)
+    door = None if depth == 0 else _learn(key)
+    return first_user(sys._getframe(1) if door is None else door.f_back)
 
 
 def entered(key: object) -> FrameType | None:
@@ -181,22 +183,22 @@ def entered(key: object) -> FrameType | None:
             frame: FrameType | None = sys._getframe(depth + 1)
         except ValueError:
             frame = None
-        if frame is not None and frame.f_code in _entry:
+        if frame is not None and frame.f_code in _doors:
             return frame.f_back
-    entry = None if depth == 0 else _learn(key)
-    return None if entry is None else entry.f_back
+    door = None if depth == 0 else _learn(key)
+    return None if door is None else door.f_back
 
 
 def _learn(key: object) -> FrameType | None:
     """Walk up from the function that asked :func:`caller` or :func:`entered` to the
-    mode's entry frame, and remember how far it was for ``key`` (0: not through the mode,
-    a user frame came first)."""
-    entries, depth = _entry, 0
-    if not entries:
+    door frame, and remember how far it was for ``key`` (0: not through a door, a user
+    frame came first)."""
+    doors, depth = _doors, 0
+    if not doors:
         return None
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code not in entries:
-        if not is_internal(frame.f_code):  # user code below any entry: not through the mode
+    while frame is not None and frame.f_code not in doors:
+        if not is_internal(frame.f_code):  # user code below any door: not through one
             frame = None
             break
         frame, depth = frame.f_back, depth + 1

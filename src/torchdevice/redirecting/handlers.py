@@ -1,14 +1,14 @@
-"""The handlers of the function mode's table (:mod:`torchdevice.intercepts`): how each
+"""The handlers of the function mode's table (:mod:`torchdevice.redirecting.intercepts`): how each
 device-taking torch function's device is rewritten.
 
-Each handler receives the current :class:`~torchdevice.runtime.Runtime`, the function and
-its arguments, places the request on the runtime's one path
-(:meth:`~torchdevice.runtime.Runtime.place`, with its pin and float64 rules), and calls
+Each handler receives the current :class:`~torchdevice.redirecting.runtime.Runtime`, the function
+and its arguments, places the request on the runtime's one path
+(:meth:`~torchdevice.redirecting.runtime.Runtime.place`, with its pin and float64 rules), and calls
 the function with the device the policy decided; what the result stands for is marked by
-:mod:`torchdevice.standing`. Handlers may update ``kwargs`` in place: torch hands each
+:mod:`torchdevice.redirecting.standing`. Handlers may update ``kwargs`` in place: torch hands each
 ``__torch_function__`` call a dict of its own, and the mode passes ``{}`` when there is
 none. The table of which function goes to which handler, and why, is
-:func:`torchdevice.intercepts.build_table`.
+:func:`torchdevice.redirecting.intercepts.build_table`.
 """
 
 from __future__ import annotations
@@ -19,26 +19,25 @@ from typing import Any
 
 import torch
 
-from torchdevice import callsite
-from torchdevice.compiling import compiler, is_tracing
-from torchdevice.policy import (
+from torchdevice.redirecting import callsite
+from torchdevice.redirecting.compiling import is_tracing
+from torchdevice.redirecting.policy import (
     GOVERNED_TYPES,
     Standing,
     draws_on_generator,
     is_inplace,
 )
-from torchdevice.reporting.recorder import api_name
-from torchdevice.runtime import Runtime
-from torchdevice.sites import origin
-from torchdevice.standing import (
+from torchdevice.redirecting.runtime import Runtime
+from torchdevice.redirecting.standing import (
     READ_CPU,
     device_object,
-    mark,
     mark_placed,
     moved,
     requested,
     standing_of,
 )
+from torchdevice.reporting.recorder import api_name
+from torchdevice.sites import origin
 
 __all__ = [
     "DATA_FACTORIES",
@@ -96,7 +95,7 @@ def _drop_pin(
 #: Factories whose data argument has copy rules of its own (the entry-points tier sends
 #: them to the handler's full path).
 DATA_FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
-# torch's own, bound once: while torchdevice.entry_points wraps them, torch.as_tensor is
+# torch's own, bound once: while torchdevice.redirecting.entry_points wraps them, torch.as_tensor is
 # the wrapper, and the handler is handed the original.
 _AS_TENSOR, _ASARRAY = torch.as_tensor, torch.asarray
 
@@ -120,7 +119,7 @@ def _inferred_float64(
 ) -> Any:
     """``call()``, the dtype rule applied to data torch reads as float64 from inside.
 
-    Why: a list of NumPy float64 scalars (a NumPy learning-rate schedule's entries, as in
+    Why: a list of NumPy float64 scalars (a NumPy learning-rate schedule's values, as in
     DINO's ``MetricLogger``) has no ``dtype`` to read before the call, but torch infers
     float64 from it, which the MPS device rejects with a ``TypeError``. Only then, for a data
     factory without ``dtype=``, is the call made again with the rule's dtype (float32, logged):
@@ -144,7 +143,10 @@ def _inferred_float64(
 def factory(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """A constructor (``torch.zeros``...): rewrite ``device=``; place device-less calls."""
+    """A constructor (``torch.zeros``...): its device placed by the runtime
+    (:meth:`~torchdevice.redirecting.runtime.Runtime.place`), the one given in ``device=``
+    or, for a call without one, the request ``None``: where device-less factories land on
+    this host (natively a host tensor; here on the accelerator, standing for the host)."""
     request = kwargs.get("device")
     if request is None:
         default = rt.default_device
@@ -154,29 +156,20 @@ def factory(
             return func(*args, **kwargs)
         generator = kwargs.get("generator")
         if generator is not None and draws_on_generator(generator.device.type, default.type):
-            return _drawn_then_moved(rt, func, args, kwargs, generator.device, default)
-        kwargs["device"] = default
-        _drop_pin(rt, default, kwargs, func)
-        if rt.float64_device is not None:
-            _factory_dtype(rt, func, args, kwargs)
-            result = _inferred_float64(rt, func, kwargs, lambda: func(*args, **kwargs))
-        else:
-            result = func(*args, **kwargs)
-        # Natively a host tensor; here on the accelerator: it stands for the host.
-        if is_tracing() or compiler._is_compiling_flag:  # asked once: no place() here
-            return result
-        return mark_placed(result, "host")
-    # An explicit device (explicit_factory's too).
+            return _drawn_then_moved(rt, func, args, kwargs, generator.device)
     _, device, wanted = rt.place(request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
         _drop_pin(rt, device, kwargs, func)
+    from_data = request is not None and func in DATA_FACTORIES and bool(args)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
-        if func in DATA_FACTORIES and args:
+        if from_data:
             call = functools.partial(_from_data, func, args, kwargs, wanted)
-            return _inferred_float64(rt, func, kwargs, call)
-    if func in DATA_FACTORIES and args:
+        else:
+            call = functools.partial(func, *args, **kwargs)
+        return mark_placed(_inferred_float64(rt, func, kwargs, call), wanted)
+    if from_data:
         return _from_data(func, args, kwargs, wanted)
     result = func(*args, **kwargs)
     return mark_placed(result, wanted)
@@ -232,23 +225,24 @@ def _drawn_then_moved(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     source: torch.device,
-    target: torch.device,
 ) -> torch.Tensor:
     """A device-less factory given a generator of another device (a CPU one, typically).
 
     A generator only draws on its own device, so the values are drawn there — the very
     numbers a native run draws — and the tensor then moves to where device-less factories
-    land, so it meets the rest of the program's tensors (the model, other data) on one
-    device. A leaf asked for with ``requires_grad=True`` stays a leaf.
+    land (the runtime's place for the request ``None``), so it meets the rest of the
+    program's tensors (the model, other data) on one device. A leaf asked for with
+    ``requires_grad=True`` stays a leaf.
     """
     requires_grad = bool(kwargs.pop("requires_grad", False))
     kwargs.pop("pin_memory", None)  # the result lives on the accelerator: nothing to pin
     kwargs["device"] = source
     drawn: torch.Tensor = func(*args, **kwargs)
+    _, target, wanted = rt.place(None, func)
     dtype = drawn.dtype
     if rt.float64_device is not None:
         dtype = rt.narrow_float64(func, target, dtype)
-    result = mark(drawn.to(target, dtype), "host")  # a device-less factory's result
+    result = mark_placed(drawn.to(target, dtype), wanted)  # a device-less factory's result
     return result.requires_grad_() if requires_grad else result
 
 
@@ -317,8 +311,9 @@ def _rewrite_to_args(
     """Rewrite the device of a ``.to()``-shaped call; ``first`` skips ``self``.
 
     Also returns what the requested device stands for (``None``: no device requested, or
-    one the policy does not govern), for the copy semantics of :mod:`torchdevice.standing`.
-    ``Module.to`` (``first == 0``: ``_parse_to``) is reported past overrides of ``to``.
+    one the policy does not govern), for the copy semantics of
+    :mod:`torchdevice.redirecting.standing`. ``Module.to`` (``first == 0``: ``_parse_to``) is
+    reported past overrides of ``to``.
     """
     method = "to" if first == 0 else None
     if "device" in kwargs:
@@ -343,7 +338,7 @@ def tensor_to(
 
     A transfer to where the tensor already stands returns it; one between host and
     device gives an independent copy, even where both land on one real device
-    (:mod:`torchdevice.standing`).
+    (:mod:`torchdevice.redirecting.standing`).
     """
     source = args[0]
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 1)
@@ -393,7 +388,7 @@ def parse_to(
     ``DeviceDtypeModuleMixin``): the device as written, placed where each ``.to()`` uses
     it (docs/policy.md, device objects). The ``"cpu:-1"`` override, which torch cannot
     parse, gives the decided device, keeping what it stood for
-    (:func:`~torchdevice.standing.device_object`).
+    (:func:`~torchdevice.redirecting.standing.device_object`).
     """
     request = kwargs.get("device", args[0] if args else None)
     if request is READ_CPU:  # Module.to(t.device) of a tensor on the CPU: where t is
@@ -588,7 +583,7 @@ def tensor_device(
     rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``Tensor.device`` on accelerator hosts: a tensor really on the CPU reads
-    :data:`~torchdevice.standing.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
+    :data:`~torchdevice.redirecting.standing.READ_CPU`, so that ``x.to(t.device)`` lands where ``t``
     is, as natively, instead of on the accelerator an explicit ``"cpu"`` is sent to."""
     device = func(*args)
     if device.type == "cpu" and not is_tracing():
@@ -647,8 +642,8 @@ def pin_memory(
     transfer it was being prepared for; natively, pinning it would raise. Without CUDA
     there is no pinned memory: a CPU tensor the user's code pins gets an ordinary copy, as
     a pinned one would be. Torch's own pinning (the DataLoader's pin-memory thread, every
-    batch) gets the tensor itself: the batch is fresh and nothing else holds it, so that
-    copy bought nothing and cost the DataLoader workload about 7 % (issue 27).
+    batch) gets the tensor itself: the batch is fresh and nothing else holds it, so a
+    copy would buy nothing and cost every batch a copy (benchmarks/README.md).
     """
     tensor = args[0]
     if not tensor.is_cpu:
