@@ -56,6 +56,22 @@ def test_device_tensor_to_the_host_is_an_independent_copy(accelerator):
         assert host.to("cpu") is host
 
 
+def test_a_device_less_data_factory_keeps_a_device_tensor_what_it_is(accelerator):
+    """``torch.as_tensor(t)``/``asarray(t)`` without a device return ``t`` itself natively
+    (same device, same dtype), and ``torch.tensor(t)`` copies it on ``t``'s own device: a
+    device tensor stays one (moving it to the device is itself), and the caller's tensor
+    is left as it was, not marked as a host tensor."""
+    x = torch.ones(3, device="cuda")
+    for same in (torch.as_tensor(x), torch.asarray(x)):
+        assert same is x
+    assert x.cuda() is x
+    copied = torch.tensor(x)
+    assert copied.device == accelerator
+    assert independent(copied, x)
+    assert copied.cuda() is copied
+    assert x.to("cuda") is x
+
+
 def test_host_tensors_on_the_accelerator_copy_when_moved_to_the_device(accelerator):
     for host in (torch.arange(3.0), torch.zeros(3, device="cpu"), torch.ones(3).cpu()):
         assert host.device == accelerator

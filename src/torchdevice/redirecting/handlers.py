@@ -157,6 +157,8 @@ def factory(
         generator = kwargs.get("generator")
         if generator is not None and draws_on_generator(generator.device.type, default.type):
             return _drawn_then_moved(rt, func, args, kwargs, generator.device)
+        if func in DATA_FACTORIES and args and _on_the_device(args[0]):
+            return _kept_on_its_device(rt, func, args, kwargs)
     _, device, wanted = rt.place(request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:
@@ -164,10 +166,12 @@ def factory(
     from_data = request is not None and func in DATA_FACTORIES and bool(args)
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
-        if from_data:
-            call = functools.partial(_from_data, func, args, kwargs, wanted)
-        else:
-            call = functools.partial(func, *args, **kwargs)
+        # kwargs read at the call, not bound before it: the dtype rule's retry changes them
+        call: Callable[[], Any] = (
+            functools.partial(_from_data, func, args, kwargs, wanted)
+            if from_data
+            else lambda: func(*args, **kwargs)
+        )
         return mark_placed(_inferred_float64(rt, func, kwargs, call), wanted)
     if from_data:
         return _from_data(func, args, kwargs, wanted)
@@ -209,6 +213,30 @@ def _from_data(
     if source != wanted and func is _AS_TENSOR and _aliases(result, data):
         result = result.clone()
     return mark_placed(result, wanted)  # a standing from Runtime.place: not compiling
+
+
+def _on_the_device(data: object) -> bool:
+    """Whether ``data`` is a tensor already on the accelerator (not a real CPU tensor)."""
+    return isinstance(data, torch.Tensor) and not data.is_cpu
+
+
+def _kept_on_its_device(
+    rt: Runtime, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``torch.tensor/as_tensor/asarray(t)`` without a device, ``t`` on the accelerator.
+
+    Natively such a call keeps the tensor's own device: ``as_tensor``/``asarray`` return
+    ``t`` itself, ``tensor`` copies it there. It is no host request, so ``t`` keeps its
+    standing (a device tensor moved to the device is itself) and a copy takes ``t``'s.
+    """
+    data: torch.Tensor = args[0]
+    kwargs["device"] = data.device
+    if rt.float64_device is not None:
+        _factory_dtype(rt, func, args, kwargs)
+    result = func(*args, **kwargs)
+    if _aliases(result, data):
+        return result
+    return mark_placed(result, standing_of(data))
 
 
 def _aliases(result: torch.Tensor, data: object) -> bool:
