@@ -10,7 +10,10 @@ blurs by more than the margins it checks (a few per cent). This counts what the 
 instead, with callgrind (``valgrind --tool=callgrind``): each workload and side runs in a
 child process under valgrind, builds its model, warms up once, and then runs ``N`` units of
 work looped by ``itertools.starmap``, the only function collected
-(``--toggle-collect=starmap_next``). Instrumentation is switched on just before
+(``--toggle-collect=starmap_next``). A forked child (a DataLoader worker) would start with a
+copy of its parent's counters, which its file would count again; the parent dumps, and so
+zeroes, them as it forks (``--dump-before=PyOS_BeforeFork``), and every file is summed.
+Instrumentation is switched on just before
 (``callgrind_control -i on``), so the imports run at valgrind's uninstrumented speed.
 
 The sides are ``workloads.py``'s: native code, native code under a do-nothing function mode,
@@ -26,7 +29,10 @@ inside the collected loop, so their instructions are in files of their own, summ
 ``factory`` (per ``torch.zeros(4, device="cuda")``, native ``zeros(4)``), ``ddp-step`` (per
 step of ``_ddp_step.py``'s training step in one rank: the NCCL script on gloo, native the gloo
 script; one rank, so what is counted is the step's own work and its closing all-reduce, not
-the wait for a peer) and ``all-reduce`` (per ``dist.all_reduce`` of a scalar in that rank).
+the wait for a peer), ``all-reduce`` (per ``dist.all_reduce`` of a scalar in that rank) and
+``compiled`` (per forward of ``compiled.py``'s inductor-compiled MLP, compiled inside the
+side's mode or tier before the count: the forward's own work, its guards and the mode
+entries of the code inductor generated).
 """
 
 from __future__ import annotations
@@ -47,7 +53,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("native", "do-nothing mode", "mode", "entry-points")
-WORKLOADS = ("generate", "train-eager", "dataloader", "factory", "ddp-step", "all-reduce")
+WORKLOADS = (
+    "generate",
+    "train-eager",
+    "dataloader",
+    "factory",
+    "ddp-step",
+    "all-reduce",
+    "compiled",
+)
 #: Units of work per measured loop, per workload (more for the factory: one unit is tiny).
 UNITS = {
     "generate": 2,
@@ -56,6 +70,7 @@ UNITS = {
     "factory": 500,
     "ddp-step": 20,
     "all-reduce": 50,
+    "compiled": 20,
 }
 
 
@@ -118,6 +133,8 @@ def _build(workload: str, side: str) -> tuple[Callable[[], None], int]:
                 images.sum() + targets.sum()
 
         return epoch, len(Images()) // 32
+    if workload == "compiled":
+        return _compiled_forward(device), 1
     if workload in ("ddp-step", "all-reduce"):
         return _one_rank(workload, redirected), 1
     if workload == "factory":
@@ -126,6 +143,22 @@ def _build(workload: str, side: str) -> tuple[Callable[[], None], int]:
             return functools.partial(zeros, 4, device="cuda"), 1
         return functools.partial(zeros, 4), 1
     raise ValueError(workload)
+
+
+def _compiled_forward(device: str) -> Callable[[], None]:
+    """A forward of ``compiled.py``'s MLP, compiled inside the side's mode or tier."""
+    import torch  # noqa: PLC0415
+
+    sys.path.insert(0, str(HERE))
+    from compiled import _compiled  # noqa: PLC0415
+
+    model, x = _compiled(device)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(x)
+
+    return forward
 
 
 def _one_rank(workload: str, redirected: bool) -> Callable[[], None]:
@@ -194,6 +227,9 @@ def measure(workload: str, side: str, units: int) -> float:
                 "--tool=callgrind",
                 "--instr-atstart=no",
                 "--toggle-collect=starmap_next",
+                # A forked child starts with a copy of its parent's counters: dumping (and
+                # so zeroing) them as the parent forks counts each instruction once.
+                "--dump-before=PyOS_BeforeFork",
                 f"--callgrind-out-file={out}.%p",
                 sys.executable,
                 __file__,

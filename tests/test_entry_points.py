@@ -128,6 +128,26 @@ def test_torch_device_reads_as_written_and_is_reported_where_made():
     assert _rows("torch.zeros") == []  # a device object's use is not reported again
 
 
+@pytest.mark.parametrize("intercept", ["mode", "entry-points"])
+def test_a_device_object_copied_is_itself_and_reported_once(intercept: str) -> None:
+    """``torch.device(device)`` (torch's ``storage._new_shared`` does it for every
+    DataLoader batch) answers the object itself in both tiers, unreported; a device the
+    policy refuses still raises as it did."""
+    torchdevice.enable(intercept=intercept)  # type: ignore[typeddict-item]
+    line = _line()
+    made = torch.device("cuda")
+    copies = [torch.device(made) for _ in range(3)]
+    host = REAL_DEVICE("cpu")
+    assert all(copy is made for copy in copies)
+    assert torch.device(host) is host
+    assert _rows("torch.device") == [(__file__, line, 1)]
+    assert torch.zeros(2, device=copies[0]).device == host
+    with pytest.raises(RuntimeError, match="mps"):
+        torch.device(REAL_DEVICE("mps", 1))
+    with pytest.raises(RuntimeError, match="mps"):
+        torch.device(REAL_DEVICE("mps", 1))  # not cached: refused again
+
+
 def test_the_stand_in_answers_as_the_c_type_but_for_is():
     _tier()
     stand_in = torch.device

@@ -19,7 +19,9 @@ One module per family of changes:
 * :mod:`~torchdevice.patches.distributed`: ``torch.distributed`` written for NCCL on the
   backend the host has (with :mod:`torchdevice.patches.nccl_forms`);
 * :mod:`~torchdevice.patches.data_parallel`: ``nn.DataParallel`` as on a one-GPU machine;
-* :mod:`~torchdevice.patches.data_loader`: no pin-memory thread where nothing can be pinned.
+* :mod:`~torchdevice.patches.data_loader`: no pin-memory thread where nothing can be pinned;
+* :mod:`~torchdevice.patches.compiled_graphs`: graphs compiled under the function mode run
+  without it where nothing in them needs it.
 
 The ``torch.cuda``/``torch.mps``/``torch.accelerator`` facades (:mod:`torchdevice.facade`),
 the report's exit handler (:mod:`torchdevice.reporting.parts`), the logger's level
@@ -282,6 +284,20 @@ def _data_loader_spots() -> tuple[ledger.Spot, ...]:
     return data_loader.spots()
 
 
+def _install_compiled_graphs(activation: Activation) -> None:
+    """Graphs compiled under the function mode run without it where they can."""
+    if _uses_the_mode(activation):  # the entry-points tier has no mode to take off
+        from torchdevice.patches import compiled_graphs  # noqa: PLC0415 - keeps import light
+
+        compiled_graphs.install()
+
+
+def _compiled_graph_spots() -> tuple[ledger.Spot, ...]:
+    from torchdevice.patches import compiled_graphs  # noqa: PLC0415 - keeps import light
+
+    return compiled_graphs.spots()
+
+
 #: Every change torchdevice makes outside itself, in the order activation makes them.
 INSTALL_ORDER: Final[tuple[Patch, ...]] = (
     Patch("the log level", (logs.GROUP, logs.LAUNCHER_GROUP), "settings", None, _log_spots),
@@ -332,6 +348,13 @@ INSTALL_ORDER: Final[tuple[Patch, ...]] = (
         "data parallel", ("data_parallel",), "first", _install_data_parallel, _data_parallel_spots
     ),
     Patch("data loader", ("data loader",), "first", _install_data_loader, _data_loader_spots),
+    Patch(
+        "compiled graphs",
+        ("compiled graphs",),
+        "first",
+        _install_compiled_graphs,
+        _compiled_graph_spots,
+    ),
 )
 
 

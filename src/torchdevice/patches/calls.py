@@ -20,6 +20,7 @@ import torch
 import torch.serialization
 
 from torchdevice import ledger
+from torchdevice.redirecting import runtime as runtime_module
 from torchdevice.redirecting.compiling import is_compiling
 from torchdevice.redirecting.policy import Standing
 from torchdevice.redirecting.runtime import Runtime, active
@@ -129,7 +130,9 @@ class Generator(_ORIGINAL_GENERATOR, metaclass=_GeneratorMeta):
     """
 
     def __new__(cls, device: Any = None) -> Any:
-        rt = active()
+        # The slot itself, not active(): one Python call less on a hot path (a DataLoader
+        # dataset that seeds a generator per item), as the entry-points tier reads it.
+        rt: Runtime | None = runtime_module._active
         if rt is None:
             return _ORIGINAL_GENERATOR() if device is None else _ORIGINAL_GENERATOR(device)
         made = _ORIGINAL_GENERATOR if rt.default_device is None else _HostStateGenerator

@@ -375,6 +375,17 @@ class _DeviceClass(type):
         rt: Runtime | None = runtime_module._active
         if rt is None:
             return REAL_DEVICE(*args, **kwargs)
+        if (
+            len(args) == 1
+            and not kwargs
+            and type(args[0]) is REAL_DEVICE
+            and not is_tracing()  # before the cache read: dynamo traces this
+            and (REAL_DEVICE, args[0]) in rt.decisions
+        ):
+            # A device object whose decision is cached: the handler's answer is the
+            # object itself, and it reports nothing (torch copies a batch's device in
+            # every DataLoader worker: storage._new_shared).
+            return args[0]
         return _handled(rt, REAL_DEVICE, device_ctor, args, kwargs)
 
 

@@ -589,7 +589,13 @@ def device_ctor(
         request = type_ if index < 0 else f"{type_}:{index}"
     else:
         request = params[0]
-        if isinstance(request, torch.device) and request.type not in GOVERNED_TYPES:
+        if isinstance(request, torch.device):
+            if request.type in GOVERNED_TYPES:
+                # Reported where it was made (Runtime.place gives a device object no
+                # row) and never a toggle: placing it only checks it, so the line that
+                # made this copy (torch's storage._new_shared, per DataLoader batch) is
+                # not looked for.
+                rt.place(request, func, report=False)
             return request
     # torch building its own device object (GradScaler.unscale_, autocast...): apply the
     # policy, but it is no line of the user's to port, so it is not reported. Placed once:
@@ -599,8 +605,6 @@ def device_ctor(
     decision, device, _ = rt.place(request, func, report=ours)
     if decision.toggle_override:
         return device_object(device, decision.standing)
-    if isinstance(request, torch.device):
-        return request
     written = decision.requested
     if isinstance(request, int) and written is not None:  # torch reads an int as the
         return func(written.type, written.index)  # current accelerator's: here CUDA's
