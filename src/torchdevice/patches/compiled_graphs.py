@@ -89,9 +89,9 @@ def install() -> None:
 
 def spots() -> tuple[ledger.Spot, ...]:
     """What :func:`install` changes, for the pristine check: described, not read back.
-    The simulated MPS device's registration wraps the same attribute for the rest of the
-    process (:mod:`torchdevice.simulated_mps.compile_backend`), so its value is no longer
-    native torch's after a test that used that device; the ledger's own check (nothing
-    left recorded after ``disable()``) covers this change."""
+    An accelerator torch does not ship may wrap the same attribute for the rest of the
+    process when it registers its compile backend, so its value is no longer native
+    torch's after a test that used such a device; the ledger's own check (nothing left
+    recorded after ``disable()``) covers this change."""
     spot = ledger.attr_spot(torch._TorchCompileInductorWrapper, "__call__")
     return (ledger.Spot(spot.what, None),)
