@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from torchdevice.redirecting import callsite
-from torchdevice.redirecting.compiling import is_tracing
+from torchdevice.redirecting.compiling import is_compiling, is_tracing
 from torchdevice.redirecting.policy import (
     GOVERNED_TYPES,
     Standing,
@@ -227,14 +227,16 @@ def _kept_on_its_device(
 
     Natively such a call keeps the tensor's own device: ``as_tensor``/``asarray`` return
     ``t`` itself, ``tensor`` copies it there. It is no host request, so ``t`` keeps its
-    standing (a device tensor moved to the device is itself) and a copy takes ``t``'s.
+    standing (a device tensor moved to the device is itself) and a copy takes ``t``'s (on
+    ``t`` itself, or a view of it, that is the mark it has). Marks are for eager tensors:
+    none while torch compiles, as :meth:`~torchdevice.redirecting.runtime.Runtime.place` gives none.
     """
     data: torch.Tensor = args[0]
     kwargs["device"] = data.device
     if rt.float64_device is not None:
         _factory_dtype(rt, func, args, kwargs)
     result = func(*args, **kwargs)
-    if _aliases(result, data):
+    if is_compiling():
         return result
     return mark_placed(result, standing_of(data))
 
