@@ -19,14 +19,15 @@ from childrun import mirror_in_parent
 NAME = "simgpu"
 
 
-@pytest.fixture
-def accelerator():
+@pytest.fixture(params=["mode", "entry-points"])
+def accelerator(request):
+    """The simulated accelerator, torchdevice on in each tier: the two must agree."""
     import torchdevice
     from torchdevice import Host
     from torchdevice.testing import register
 
     register(NAME)
-    torchdevice.enable(host=Host.simulated(NAME))
+    torchdevice.enable(host=Host.simulated(NAME), intercept=request.param)
     return torch.device(NAME, 0)
 
 

@@ -239,7 +239,9 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
         if request is None:
             default = rt.default_device
             if default is None or not places_default:
-                if not kwargs.get("pin_memory"):
+                # ``*_like``/``new_*`` stay on their input's device, which on MPS still
+                # takes the dtype rule: the handler's (the mode's) path
+                if not kwargs.get("pin_memory") and (default is None or rt.float64_device is None):
                     return original(*args, **kwargs)
             elif not (
                 rt.float64_device is not None
