@@ -622,6 +622,28 @@ def test_dataloader_pin_memory_without_warning_or_pin_thread(workers):
     )
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_without_pinning_has_its_file_read_before_the_workers_fork(workers):
+    """Natively torch's "no accelerator is found" warning reads dataloader.py into
+    linecache, and each forked worker finds it there when its seeding formats the stack;
+    where torchdevice turns pinning off instead, the file is read once in the parent, and
+    only for a loader that forks workers."""
+    import linecache
+
+    from torch.utils.data import dataloader
+
+    linecache.cache.pop(dataloader.__file__, None)
+    torchdevice.enable()
+    try:
+        data = torch.utils.data.TensorDataset(torch.arange(8.0))
+        loader = torch.utils.data.DataLoader(data, pin_memory=True, num_workers=workers)
+        iterator = iter(loader)
+        assert (dataloader.__file__ in linecache.cache) is bool(workers)
+        assert [int(x) for (x,) in iterator] == list(range(8))
+    finally:
+        torchdevice.disable()
+
+
 def test_compiled_code_adds_no_graph_break_for_torch_accelerator():
     """Dynamo asks torch.accelerator while tracing (stream tracking): it gets torch's own
     answer there, so a CUDA factory in compiled code still compiles in one graph."""
