@@ -26,8 +26,9 @@ each against native in the same rounds.
   factory) run rounds of four blocks in rotated order: native, native under a do-nothing
   function mode (the floor any mode pays), redirected by the mode (the block switches
   ``torchdevice.enable()`` on and ``disable()`` off around its units) and redirected by the
-  entry-points tier. The ratio is the median of the per-round ratios (the blocks of a round
-  ran within seconds of each other), with the 25th-75th percentiles.
+  entry-points tier. Each block runs one untimed unit after its switch, then times its
+  units (see ``alternate``). The ratio is the median of the per-round ratios (the blocks of
+  a round ran within seconds of each other), with the 25th-75th percentiles.
 * The DDP step runs fresh processes, native, mode and entry-points tier in rotated order,
   and pairs them the same way; peak memory and the compiled loop, native and mode.
 """
@@ -74,6 +75,8 @@ ENTRY_LIMITS = {
     "DataLoader": 1.03,
     "DDP step, 2 ranks": 1.05,
 }
+#: The sides of an in-process workload, in :func:`alternate`'s order.
+SIDES = ("native", "do-nothing mode", "mode", "entry-points")
 #: Environment variable that puts a child in the entry-points tier.
 ENTRY_ENV = {"TORCHDEVICE_INTERCEPT": "entry-points"}
 
@@ -114,6 +117,9 @@ class Result:
     own_limit: float | None = OWN_LIMIT
     #: The entry-points tier must beat the mode's ratio in the same run (the factory).
     entry_beats_mode: bool = False
+    #: Per side, the median of what the block's first unit took more than its timed units
+    #: (seconds per block unit; see :func:`alternate`).
+    first_unit: dict[str, float] = field(default_factory=dict)
 
     def per_unit(self, units: float) -> None:
         """Turn each side's seconds per block unit into seconds per ``units`` of work."""
@@ -174,6 +180,8 @@ class Result:
             "entry_limit": entry_limit,
             "entry_limit_is_mode": self.entry_beats_mode,
             "entry_passed": entry_passed,
+            # ms the untimed first unit after the switch took more than a timed one
+            "first_unit_extra_ms": {side: 1e3 * s for side, s in self.first_unit.items()},
             "note": self.note,
         }
 
@@ -196,6 +204,17 @@ def alternate(
     Python mode costs: the floor under torchdevice's ratio), the CUDA-first code redirected
     by the function mode, and the same redirected by the entry-points tier.
     ``sync`` runs before the timer starts and before it stops.
+
+    Each block runs one unit after its switch (``enable()``, a mode's ``__enter__``)
+    before the ``units`` it times. Why: the unit that follows a switch runs slower on
+    every side, the native block after the previous block's ``disable()`` included
+    (``enable()`` and ``disable()`` swap the facades into ``sys.modules`` and patch
+    classes and modules, and the interpreter and torch refill what that invalidated): a
+    one-off that a program enabling once pays once, not per unit of its work. Timed
+    with the block, it put a toggle's cost into every ratio, by more than the margins
+    checked on short blocks (a ``generate`` block of 4 calls: about 1.5 ms on 76 ms). What
+    the first unit took more than a timed one is kept per side
+    (:attr:`Result.first_unit`), and shown below the table.
     """
     noop = Noop()
     sides: list[
@@ -209,24 +228,35 @@ def alternate(
 
     def block(
         run: Callable[[int], None], enter: Callable[[], object], leave: Callable[[], object], n: int
-    ) -> float:
+    ) -> tuple[float, float]:
+        """The first unit after the switch, then seconds per unit of the next ``n``."""
         enter()
         try:
             sync()
             started = CLOCK[0]()
+            run(1)
+            sync()
+            switched = CLOCK[0]()
             run(n)
             sync()
-            return (CLOCK[0]() - started) / n
+            return switched - started, (CLOCK[0]() - switched) / n
         finally:
             leave()
 
     for _, run, enter, leave in sides:  # warm-up: first calls, compiles, allocator
         block(run, enter, leave, 1)
     gc.collect()
+    firsts: list[list[float]] = [[] for _ in sides]
     for r in range(rounds):
         shift = r % len(sides)
-        for samples, run, enter, leave in sides[shift:] + sides[:shift]:
-            samples.append(block(run, enter, leave, units))
+        for index in list(range(len(sides)))[shift:] + list(range(len(sides)))[:shift]:
+            samples, run, enter, leave = sides[index]
+            first, per_unit = block(run, enter, leave, units)
+            samples.append(per_unit)
+            firsts[index].append(first - per_unit)
+    result.first_unit = {
+        name: statistics.median(extra) for name, extra in zip(SIDES, firsts, strict=True)
+    }
     return result
 
 
@@ -574,6 +604,20 @@ def markdown(summaries: dict[str, dict[str, Any]]) -> str:
             f"{mode_limit} | {'PASS' if s['passed'] else 'FAIL'} | "
             f"{entry} | {entry_limit} | {entry_result} | {s['rounds']} |"
         )
+    firsts = {name: s["first_unit_extra_ms"] for name, s in summaries.items()}
+    firsts = {name: extra for name, extra in firsts.items() if extra}
+    if firsts:
+        lines += [
+            "",
+            "The untimed first unit after each block's switch, ms more than a timed unit "
+            "(median; see `alternate`):",
+            "",
+            "| workload | native | do-nothing mode | mode | entry-points |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, extra in firsts.items():
+            cells = " | ".join(f"{extra[side]:+.2f}" for side in SIDES)
+            lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
 
 
