@@ -189,15 +189,18 @@ def _counted(
     rt: Runtime,
     frame: FrameType,
     original: Callable[..., Any],
-    request: object,
     decision: Decision,
     kind: EventKind | None,
 ) -> Standing | None:
-    """A placed call's row and what its result stands for, as ``Runtime.place`` does: no
-    row where a device object is used (it was reported where it was made); else one count
-    at the user's line (``frame``, the wrapper's caller, when that is user code)."""
-    if type(request) is REAL_DEVICE:
-        return requested(request, decision.standing)
+    """A placed call's row and what its result stands for, as ``Runtime.place`` does, for
+    a request other than a device object: one count at the user's line (``frame``, the
+    wrapper's caller, when that is user code).
+
+    A device object is reported where it was made, so its uses get no row: the wrappers
+    read its standing with :func:`~torchdevice.redirecting.standing.requested` without
+    calling here, and without ``sys._getframe``, which builds the caller's frame object
+    (``generate`` places every mask and position it builds with a device read off a
+    tensor, about eight calls a token)."""
     if kind is not None:
         caller: FrameType | None = frame
         if callsite.internal_cache.get(id(frame.f_code)) is not False:
@@ -273,7 +276,11 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                     return original(*args, **kwargs)  # torch's own CPU request: stays
                 kwargs["device"] = placed
                 result = original(*args, **kwargs)
-                wanted = _counted(rt, sys._getframe(1), original, request, decision, kind)
+                wanted = (
+                    requested(request, decision.standing)
+                    if type(request) is REAL_DEVICE
+                    else _counted(rt, sys._getframe(1), original, decision, kind)
+                )
                 # mark_placed's own test first: most results need no mark
                 if wanted is not None and result.is_cpu is (wanted != "host"):
                     mark_placed(result, wanted)
@@ -336,7 +343,11 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         else:
             kwargs["device"] = placed
             result = original(*args, **kwargs)
-        wanted = _counted(rt, sys._getframe(1), original, request, decision, kind)
+        wanted = (
+            requested(request, decision.standing)
+            if kind_of is REAL_DEVICE
+            else _counted(rt, sys._getframe(1), original, decision, kind)
+        )
         return result if wanted is None else moved(tensor, result, wanted)
 
     functools.update_wrapper(wrapper, original)
