@@ -29,8 +29,9 @@ each against native in the same rounds.
   entry-points tier. Each block runs one untimed unit after its switch, then times its
   units (see ``alternate``). The ratio is the median of the per-round ratios (the blocks of
   a round ran within seconds of each other), with the 25th-75th percentiles.
-* The DDP step runs fresh processes, native, mode and entry-points tier in rotated order,
-  and pairs them the same way; peak memory and the compiled loop, native and mode.
+* The DDP step runs fresh processes, native, native under a do-nothing mode, mode and
+  entry-points tier in rotated order, and pairs them the same way; peak memory and the
+  compiled loop, native and mode.
 """
 
 from __future__ import annotations
@@ -479,17 +480,21 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
     if reason is not None:
         raise Skipped(reason)
     steps = 100 if quick else 300
-    result = Result("DDP step, 2 ranks", "steps/s", 1.05)
+    # The do-nothing mode's side (``_null_mode.py`` pushes one in each rank, as torchdevice
+    # pushes its own) shows the floor any function mode pays here; no own-part target is
+    # set on it (issue 21's are for the in-process workloads).
+    result = Result("DDP step, 2 ranks", "steps/s", 1.05, own_limit=None)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rank0.json"
 
-        def launch(redirected: bool, extra: dict[str, str] | None = None) -> float:
+        def launch(redirected: bool, extra: dict[str, str] | None, null_mode: bool) -> float:
             command = [
                 sys.executable,
                 "-m",
                 "torch.distributed.run",
                 "--standalone",
                 "--nproc_per_node=2",
+                *([str(HERE / "_null_mode.py")] if null_mode else []),
                 str(HERE / "_ddp_step.py"),
                 "--written-for",
                 "cuda" if redirected else device,
@@ -500,15 +505,16 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
             key = "cpu_steps_per_s" if CLOCK[0] is cpu_seconds else "steps_per_s"
             return 1 / json.loads(out.read_text())[key]
 
-        sides: list[tuple[list[float], bool, dict[str, str] | None]] = [
-            (result.native, False, None),
-            (result.redirected, True, None),
-            (result.entry, True, ENTRY_ENV),
+        sides: list[tuple[list[float], bool, dict[str, str] | None, bool]] = [
+            (result.native, False, None, False),
+            (result.noop, False, None, True),
+            (result.redirected, True, None, False),
+            (result.entry, True, ENTRY_ENV, False),
         ]
         for r in range(rounds):
             shift = r % len(sides)
-            for samples, redirected, extra in sides[shift:] + sides[:shift]:
-                samples.append(launch(redirected, extra))
+            for samples, redirected, extra, null_mode in sides[shift:] + sides[:shift]:
+                samples.append(launch(redirected, extra, null_mode))
     return [result]
 
 

@@ -140,6 +140,17 @@ def test_the_script_sweeps_every_form(cpu_host: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("name", list(FORMS))
 def test_cpu_host(cpu_host: list[dict[str, Any]], name: str) -> None:
+    if name == "gather_concatenated_requires_grad":
+        # gloo's own answer to this call is not the same every run: it refuses the
+        # requires-grad input as a rule, but a full suite on 2 busy cores once saw rank 1
+        # get the gathered value instead (its other rank refused). The NCCL form must give
+        # the value on every rank whatever gloo did.
+        _, refusal = FORMS[name]
+        for rank, results in enumerate(cpu_host):
+            assert results[name]["nccl"] == {"value": [_GATHERED, False]}, (rank, results[name])
+            gloo = results[name]["gloo"]
+            assert gloo == {"value": [_GATHERED, False]} or refusal in gloo["error"], (rank, gloo)
+        return
     _check(cpu_host, name)
 
 
