@@ -518,6 +518,11 @@ def _every_kind_of_request() -> list[torch.Tensor]:
     made.append(torch.zeros(2, device="cpu"))  # stays on the CPU while it is on
     made.append(torch.ones(2).to("cuda"))
     made.append(torch.zeros(2, device="cpu:-1"))  # and off again
+    # The CPU read off tensors (``device=x.device``: Runtime.runs_as_made on this host),
+    # and a device object remembered as standing for the device, which is placed.
+    made.append(torch.arange(3, device=torch.ones(1, device="cuda").device))
+    made.append(torch.full((2,), 1.0, device=torch.ones(1).device, pin_memory=True))
+    made.append(torch.ones(2, device=standing.device_object(torch.device("cpu"), "device")))
     return made
 
 

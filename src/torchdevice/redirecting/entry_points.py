@@ -64,7 +64,13 @@ from torchdevice.redirecting.handlers import (
 from torchdevice.redirecting.handlers import tensor_to as tensor_to_handler
 from torchdevice.redirecting.intercepts import Handler, build_table
 from torchdevice.redirecting.runtime import Runtime
-from torchdevice.redirecting.standing import mark_placed, moved, requested
+from torchdevice.redirecting.standing import (
+    HOST_CPU,
+    REMEMBERED,
+    mark_placed,
+    moved,
+    requested,
+)
 
 if TYPE_CHECKING:
     from torchdevice.redirecting.policy import Decision, Standing
@@ -266,8 +272,16 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
             or (_busy and _get_ident() in _busy)
             or _all_disabled()
         ):
+            kind_of = type(request)
+            if (  # Runtime.runs_as_made, inlined
+                kind_of is REAL_DEVICE
+                and rt.default_device is None
+                and request == HOST_CPU
+                and id(request) not in REMEMBERED
+            ):
+                return original(*args, **kwargs)
             try:
-                resolved = rt.decisions.get((type(request), request))
+                resolved = rt.decisions.get((kind_of, request))
             except TypeError:  # unhashable: the handler lets the policy raise
                 resolved = None
             if resolved is not None:
@@ -278,7 +292,7 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 result = original(*args, **kwargs)
                 wanted = (
                     requested(request, decision.standing)
-                    if type(request) is REAL_DEVICE
+                    if kind_of is REAL_DEVICE
                     else _counted(rt, sys._getframe(1), original, decision, kind)
                 )
                 # mark_placed's own test first: most results need no mark

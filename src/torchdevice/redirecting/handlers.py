@@ -159,6 +159,14 @@ def factory(
             return _drawn_then_moved(rt, func, args, kwargs, generator.device)
         if func in DATA_FACTORIES and args and _on_the_device(args[0]):
             return _kept_on_its_device(rt, func, args, kwargs)
+    elif (
+        type(request) is _DEVICE  # a string request ("cuda") leaves at the cheapest test
+        and not is_compiling()  # before the runtime's test: dynamo reads nothing past it
+        and rt.runs_as_made(request)
+        and "pin_memory" not in kwargs
+        and func not in DATA_FACTORIES  # the host's data copy rules still apply
+    ):
+        return func(*args, **kwargs)
     _, device, wanted = rt.place(request, func)
     kwargs["device"] = device
     if "pin_memory" in kwargs:

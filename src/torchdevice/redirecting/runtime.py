@@ -49,7 +49,7 @@ from torchdevice.redirecting.policy import (
     has_float64,
 )
 from torchdevice.redirecting.policy import pins as pins_rule
-from torchdevice.redirecting.standing import READ_CPU, requested
+from torchdevice.redirecting.standing import HOST_CPU, READ_CPU, REMEMBERED, requested
 from torchdevice.reporting import EventKind, MigrationReport
 from torchdevice.reporting.recorder import Recorder, api_name
 from torchdevice.sites import site_of
@@ -183,6 +183,24 @@ class Runtime:
         if resolved[0].toggle_override:
             self.set_cpu_override(not self._state.cpu_override)
         return resolved
+
+    def runs_as_made(self, request: object) -> bool:
+        """Whether a factory called with ``request`` needs nothing of the runtime: the CPU
+        as a CPU tensor reports it (``device=x.device``, which Transformers passes to
+        every mask and position it builds) where every CPU request stays on the CPU,
+        unreported, standing for the host (a CPU-only host, a fork child keeping its host
+        requests), and not a device object remembered as standing for the device.
+
+        The call then runs as made: no decision, row or mark. The entry-points tier's
+        factory wrapper inlines this test; ``tests/test_entry_points.py`` runs such
+        requests through both tiers.
+        """
+        return (
+            self.default_device is None
+            and type(request) is _DEVICE
+            and request == HOST_CPU
+            and id(request) not in REMEMBERED
+        )
 
     def lookup(self, request: object) -> Resolved:
         """The cached resolution of ``request``, decided and cached on a miss; the toggle

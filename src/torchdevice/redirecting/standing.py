@@ -30,6 +30,7 @@ uses an equal, distinct object this module remembers. A device read off a tensor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import torch
@@ -38,7 +39,9 @@ from torchdevice.redirecting.compiling import compiler, is_tracing
 from torchdevice.redirecting.policy import Standing
 
 __all__ = [
+    "HOST_CPU",
     "READ_CPU",
+    "REMEMBERED",
     "device_object",
     "host_memory",
     "mark",
@@ -59,6 +62,8 @@ _DEVICE: Final = torch.device
 #: device: one per (type, index, standing), kept alive so that their ids stay theirs.
 _objects: dict[tuple[str, int | None, Standing], torch.device] = {}
 _standing_of_object: dict[int, tuple[torch.device, Standing]] = {}
+#: The ids of those objects, for the hot paths' "is this one of them?" (read only).
+REMEMBERED: Mapping[int, tuple[torch.device, Standing]] = _standing_of_object
 
 
 with torch._C.DisableTorchFunction():  # torch.device itself reaches function modes
@@ -68,6 +73,8 @@ with torch._C.DisableTorchFunction():  # torch.device itself reaches function mo
     #: not for the host, which the policy would send to the accelerator (whisper's
     #: ``log_mel_spectrogram``). The runtime places it on the CPU, unreported.
     READ_CPU: Final = torch.device("cpu")
+    #: The CPU as a CPU tensor reports its device (``x.device``), to compare requests with.
+    HOST_CPU: Final = torch.device("cpu")
 
 
 def _real(device: torch.device) -> Standing:
