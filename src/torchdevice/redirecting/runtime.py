@@ -12,11 +12,12 @@ decision cache). A factory called without a device is the request ``None``: wher
 device-less factories land (:attr:`Runtime.default_device` on an accelerator host, standing
 for the host). While dynamo traces, none of that is traced: decisions reach the graph as
 constants computed at trace time by :mod:`torchdevice.redirecting.compiling`, which reads
-the same cache through :meth:`Runtime.lookup`.
+the same cache through :meth:`Runtime.lookup`. The one request a factory does not place is
+the one :meth:`Runtime.runs_as_made` answers: nothing to decide, count or mark.
 
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
 path for an explicit device in its factory and ``Tensor.to`` wrappers
-(``entry_points._counted``), because an extra Python call on the redirected factory costs
+(``entry_points._counted``), and :meth:`runs_as_made` in the factory wrapper, because an extra Python call on the redirected factory costs
 more than that tier's instruction budget allows (benchmarks/README.md, "Figures behind the
 redirect's design").
 ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike`` runs every
