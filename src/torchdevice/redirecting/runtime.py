@@ -17,9 +17,9 @@ the one :meth:`Runtime.runs_as_made` answers: nothing to decide, count or mark.
 
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
 path for an explicit device in its factory and ``Tensor.to`` wrappers
-(``entry_points._counted``), and :meth:`runs_as_made` in the factory wrapper, because an extra Python call on the redirected factory costs
-more than that tier's instruction budget allows (benchmarks/README.md, "Figures behind the
-redirect's design").
+(``entry_points._counted``), and :meth:`runs_as_made` in the factory wrapper, because an
+extra Python call on the redirected factory costs more than that tier's instruction budget
+allows (benchmarks/README.md, "Figures behind the redirect's design").
 ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike`` runs every
 kind of request through both tiers and compares devices, standings and rows; the device-less
 factory, which both tiers place through :meth:`Runtime.place`, is checked there too
