@@ -141,15 +141,18 @@ def test_the_script_sweeps_every_form(cpu_host: list[dict[str, Any]]) -> None:
 @pytest.mark.parametrize("name", list(FORMS))
 def test_cpu_host(cpu_host: list[dict[str, Any]], name: str) -> None:
     if name == "gather_concatenated_requires_grad":
-        # gloo's own answer to this call is not the same every run: it refuses the
-        # requires-grad input as a rule, but a full suite on 2 busy cores once saw rank 1
-        # get the gathered value instead (its other rank refused). The NCCL form must give
-        # the value on every rank whatever gloo did.
+        # gloo refuses the requires-grad input, but not always on both ranks: under load
+        # (full suites on 2 busy cores, twice in three) one rank refused while the other
+        # returned what its output held, the gathered value or not. What that rank gets
+        # after its peer refused is gloo's; the NCCL form must give the value on every rank.
         _, refusal = FORMS[name]
         for rank, results in enumerate(cpu_host):
             assert results[name]["nccl"] == {"value": [_GATHERED, False]}, (rank, results[name])
-            gloo = results[name]["gloo"]
-            assert gloo == {"value": [_GATHERED, False]} or refusal in gloo["error"], (rank, gloo)
+        refused = [
+            results[name]["gloo"] for results in cpu_host if "error" in results[name]["gloo"]
+        ]
+        assert refused, [results[name]["gloo"] for results in cpu_host]
+        assert all(refusal is not None and refusal in gloo["error"] for gloo in refused), refused
         return
     _check(cpu_host, name)
 
