@@ -218,13 +218,33 @@ def alternate(
     (:attr:`Result.first_unit`), and shown below the table.
     """
     noop = Noop()
+    # Each side: its timed samples, what its first units took more, its code, its switch.
+    firsts: dict[str, list[float]] = {side: [] for side in SIDES}
     sides: list[
-        tuple[list[float], Callable[[int], None], Callable[[], object], Callable[[], object]]
+        tuple[
+            list[float],
+            list[float],
+            Callable[[int], None],
+            Callable[[], object],
+            Callable[[], object],
+        ]
     ] = [
-        (result.native, native, lambda: None, lambda: None),
-        (result.noop, native, noop.__enter__, lambda: noop.__exit__(None, None, None)),
-        (result.redirected, redirected, torchdevice.enable, torchdevice.disable),
-        (result.entry, redirected, enable_entry_points, torchdevice.disable),
+        (result.native, firsts["native"], native, lambda: None, lambda: None),
+        (
+            result.noop,
+            firsts["do-nothing mode"],
+            native,
+            noop.__enter__,
+            lambda: noop.__exit__(None, None, None),
+        ),
+        (result.redirected, firsts["mode"], redirected, torchdevice.enable, torchdevice.disable),
+        (
+            result.entry,
+            firsts["entry-points"],
+            redirected,
+            enable_entry_points,
+            torchdevice.disable,
+        ),
     ]
 
     def block(
@@ -244,20 +264,16 @@ def alternate(
         finally:
             leave()
 
-    for _, run, enter, leave in sides:  # warm-up: first calls, compiles, allocator
+    for _, _, run, enter, leave in sides:  # warm-up: first calls, compiles, allocator
         block(run, enter, leave, 1)
     gc.collect()
-    firsts: list[list[float]] = [[] for _ in sides]
     for r in range(rounds):
         shift = r % len(sides)
-        for index in list(range(len(sides)))[shift:] + list(range(len(sides)))[:shift]:
-            samples, run, enter, leave = sides[index]
+        for samples, extras, run, enter, leave in sides[shift:] + sides[:shift]:
             first, per_unit = block(run, enter, leave, units)
             samples.append(per_unit)
-            firsts[index].append(first - per_unit)
-    result.first_unit = {
-        name: statistics.median(extra) for name, extra in zip(SIDES, firsts, strict=True)
-    }
+            extras.append(first - per_unit)
+    result.first_unit = {side: statistics.median(extra) for side, extra in firsts.items()}
     return result
 
 
@@ -487,7 +503,9 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rank0.json"
 
-        def launch(redirected: bool, extra: dict[str, str] | None, null_mode: bool) -> float:
+        def launch(
+            side: str, redirected: bool, extra: dict[str, str] | None, null_mode: bool
+        ) -> float:
             command = [
                 sys.executable,
                 "-m",
@@ -510,24 +528,21 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
                 # benchmarks/exit_aborts.py) still timed its steps; counted in the note.
                 if not out.exists():
                     raise
-                side = "mode" if redirected and extra is None else "entry-points tier"
-                if not redirected:
-                    side = "do-nothing mode" if null_mode else "native"
                 aborted[side] = aborted.get(side, 0) + 1
             key = "cpu_steps_per_s" if CLOCK[0] is cpu_seconds else "steps_per_s"
             return 1 / json.loads(out.read_text())[key]
 
-        sides: list[tuple[list[float], bool, dict[str, str] | None, bool]] = [
-            (result.native, False, None, False),
-            (result.noop, False, None, True),
-            (result.redirected, True, None, False),
-            (result.entry, True, ENTRY_ENV, False),
+        sides: list[tuple[list[float], str, bool, dict[str, str] | None, bool]] = [
+            (result.native, "native", False, None, False),
+            (result.noop, "do-nothing mode", False, None, True),
+            (result.redirected, "mode", True, None, False),
+            (result.entry, "entry-points tier", True, ENTRY_ENV, False),
         ]
         aborted: dict[str, int] = {}
         for r in range(rounds):
             shift = r % len(sides)
-            for samples, redirected, extra, null_mode in sides[shift:] + sides[:shift]:
-                samples.append(launch(redirected, extra, null_mode))
+            for samples, side, redirected, extra, null_mode in sides[shift:] + sides[:shift]:
+                samples.append(launch(side, redirected, extra, null_mode))
         if aborted:
             result.note = (
                 "launches with a rank aborted at exit after rank 0's timing: "
