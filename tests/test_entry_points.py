@@ -523,7 +523,43 @@ def _every_kind_of_request() -> list[torch.Tensor]:
     made.append(torch.arange(3, device=torch.ones(1, device="cuda").device))
     made.append(torch.full((2,), 1.0, device=torch.ones(1).device, pin_memory=True))
     made.append(torch.ones(2, device=standing.device_object(torch.device("cpu"), "device")))
+    made.append(torch.ones(2, device="cuda").to(torch.ones(1).device))
+    made.append(torch.ones(2).to(device=torch.ones(1).device, dtype=torch.float64))
     return made
+
+
+@pytest.mark.parametrize("intercept", ["mode", "entry-points"])
+def test_to_the_cpu_read_off_a_tensor_keeps_the_gpus_copy_rule(intercept):
+    """``x.to(t.device)`` with ``t`` on the CPU (``Runtime.runs_as_made``: no decision on
+    this host) is torch's own call, with the copy rule kept: a tensor standing for the
+    device comes back as an independent copy standing for the host, as ``.cpu()`` does on
+    a GPU; any other tensor is itself, as natively; a conversion is a fresh tensor; and
+    under ``DisableTorchFunction`` (a native section) the tensor is itself."""
+    cpu = torch.ones(1).device
+    torchdevice.enable(intercept=intercept)
+    try:
+        on_device = torch.ones(2, device="cuda")
+        copied = on_device.to(cpu)
+        assert copied is not on_device
+        assert standing.standing_of(copied) == "host"
+        copied.add_(1)
+        assert on_device.tolist() == [1.0, 1.0]
+        keyword = on_device.to(device=cpu, non_blocking=True)
+        assert keyword is not on_device
+        assert standing.standing_of(keyword) == "host"
+        plain = torch.ones(2) * 2
+        assert plain.to(cpu) is plain
+        assert plain.to(device=cpu) is plain
+        converted = plain.to(cpu, torch.float64)
+        assert converted.dtype == torch.float64
+        assert standing.standing_of(converted) == "host"
+        assert plain.to(cpu, copy=True) is not plain
+        with torch._C.DisableTorchFunction():
+            assert on_device.to(cpu) is on_device
+        # One row: the "cuda" factory's; the reads of the CPU are no lines to port.
+        assert [row.requested for row in torchdevice.report().entries] == ["cuda"]
+    finally:
+        torchdevice.disable()
 
 
 def test_both_tiers_place_every_kind_of_request_alike():

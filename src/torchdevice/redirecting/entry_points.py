@@ -66,6 +66,7 @@ from torchdevice.redirecting.intercepts import Handler, build_table
 from torchdevice.redirecting.runtime import Runtime
 from torchdevice.redirecting.standing import (
     HOST_CPU,
+    MARK,
     REMEMBERED,
     mark_placed,
     moved,
@@ -264,6 +265,15 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
             ):
                 _, kwargs["device"], wanted = rt.place(None, original)  # where they land
                 return mark_placed(original(*args, **kwargs), wanted)
+        elif (  # Runtime.runs_as_made, inlined (dynamo takes the handler's path)
+            not is_tracing()
+            and type(request) is REAL_DEVICE
+            and rt.default_device is None
+            and request == HOST_CPU
+            and id(request) not in REMEMBERED
+            and "pin_memory" not in kwargs
+        ):
+            return original(*args, **kwargs)
         elif not (
             rt.float64_device is not None
             or "pin_memory" in kwargs
@@ -273,13 +283,6 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
             or _all_disabled()
         ):
             kind_of = type(request)
-            if (  # Runtime.runs_as_made, inlined
-                kind_of is REAL_DEVICE
-                and rt.default_device is None
-                and request == HOST_CPU
-                and id(request) not in REMEMBERED
-            ):
-                return original(*args, **kwargs)
             try:
                 resolved = rt.decisions.get((kind_of, request))
             except TypeError:  # unhashable: the handler lets the policy raise
@@ -315,8 +318,10 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
     ``device=`` (``x.to(other.device)`` and ``x.to(device=..., dtype=...)`` run several times
     per token in ``generate``) with a cached decision is placed here as the handler places
     it: the device swapped in, the call counted at the caller's line (not for a device
-    object), the copy semantics (:func:`~torchdevice.redirecting.standing.moved`). The rest (a first
-    request, the dtype rule, dynamo, a native section) takes the handler."""
+    object), the copy semantics (:func:`~torchdevice.redirecting.standing.moved`). The CPU
+    read off a CPU tensor (``Runtime.runs_as_made``) needs no decision: torch's call, and
+    a copy only of a tensor whose storage is marked as standing for the device. The rest (a
+    first request, the dtype rule, dynamo, a native section) takes the handler."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rt: Runtime | None = runtime_module._active
@@ -332,6 +337,25 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
             if rt.float64_device is None and (len(args) < 2 or not is_device_arg(args[1])):
                 return original(*args, **kwargs)
             return _handled(rt, original, handler, args, kwargs)
+        kind_of = type(request)
+        if (  # Runtime.runs_as_made, inlined: the call is torch's, the copy rule ours
+            kind_of is REAL_DEVICE
+            and not is_tracing()  # dynamo takes the handler's path
+            and rt.default_device is None
+            and request == HOST_CPU
+            and id(request) not in REMEMBERED
+        ):
+            tensor = args[0]
+            result = original(*args, **kwargs)
+            if result is not tensor or compiler._is_compiling_flag:
+                return result  # a fresh CPU tensor (it stands for the host), or torch's
+            try:  # standing_of, inlined: most tensors carry no mark
+                marked = getattr(tensor.untyped_storage(), MARK, None)
+            except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
+                return result
+            if marked is None or marked == "host" or _all_disabled() or _get_ident() in _busy:
+                return result  # where it stands, or a native section: the tensor itself
+            return moved(tensor, result, "host")  # stands for the device: a copy
         if (
             request is None
             or rt.float64_device is not None
@@ -341,7 +365,6 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
             or _all_disabled()
         ):
             return _handled(rt, original, handler, args, kwargs)
-        kind_of = type(request)
         try:
             resolved = rt.decisions.get((kind_of, request))
         except TypeError:  # unhashable: the handler lets the policy raise

@@ -379,6 +379,10 @@ def tensor_to(
     (:mod:`torchdevice.redirecting.standing`).
     """
     source = args[0]
+    request = kwargs.get("device") if len(args) < 2 else args[1]
+    if type(request) is _DEVICE and not is_compiling() and rt.runs_as_made(request):
+        result = func(*args, **kwargs)  # .to(t.device) of a CPU tensor t: no decision
+        return result if result is not source else moved(source, result, "host")
     args, kwargs, wanted = _rewrite_to_args(rt, func, args, kwargs, 1)
     if rt.float64_device is not None:
         args, kwargs = _to_dtype_rule(rt, func, args, kwargs)

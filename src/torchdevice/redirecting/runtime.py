@@ -12,16 +12,18 @@ decision cache). A factory called without a device is the request ``None``: wher
 device-less factories land (:attr:`Runtime.default_device` on an accelerator host, standing
 for the host). While dynamo traces, none of that is traced: decisions reach the graph as
 constants computed at trace time by :mod:`torchdevice.redirecting.compiling`, which reads
-the same cache through :meth:`Runtime.lookup`. The one request a factory does not place is
-the one :meth:`Runtime.runs_as_made` answers: nothing to decide, count or mark.
+the same cache through :meth:`Runtime.lookup`. The one request a factory or ``Tensor.to``
+does not place is the one :meth:`Runtime.runs_as_made` answers: nothing to decide, count or
+mark (``Tensor.to`` keeps the copy rule).
 
 One copy of that path is named here: the entry-points tier inlines :meth:`place`'s cached
 path for an explicit device in its factory and ``Tensor.to`` wrappers
-(``entry_points._counted``), and :meth:`runs_as_made` in the factory wrapper, because an
+(``entry_points._counted``), and :meth:`runs_as_made` in both wrappers, because an
 extra Python call on the redirected factory costs more than that tier's instruction budget
 allows (benchmarks/README.md, "Figures behind the redirect's design").
 ``tests/test_entry_points.py::test_both_tiers_place_every_kind_of_request_alike`` runs every
-kind of request through both tiers and compares devices, standings and rows; the device-less
+kind of request through both tiers and compares devices, standings and rows
+(``test_to_the_cpu_read_off_a_tensor_keeps_the_gpus_copy_rule``: identities); the device-less
 factory, which both tiers place through :meth:`Runtime.place`, is checked there too
 (``test_both_tiers_place_device_less_factories_through_runtime_place``).
 """
@@ -186,15 +188,17 @@ class Runtime:
         return resolved
 
     def runs_as_made(self, request: object) -> bool:
-        """Whether a factory called with ``request`` needs nothing of the runtime: the CPU
-        as a CPU tensor reports it (``device=x.device``, which Transformers passes to
-        every mask and position it builds) where every CPU request stays on the CPU,
-        unreported, standing for the host (a CPU-only host, a fork child keeping its host
-        requests), and not a device object remembered as standing for the device.
+        """Whether a factory or ``Tensor.to`` called with ``request`` needs nothing of the
+        runtime: the CPU as a CPU tensor reports it (``device=x.device`` and
+        ``y.to(x.device)``, which Transformers makes several times a token) where every CPU
+        request stays on the CPU, unreported, standing for the host (a CPU-only host, a
+        fork child keeping its host requests), and not a device object remembered as
+        standing for the device.
 
-        The call then runs as made: no decision, row or mark. The entry-points tier's
-        factory wrapper inlines this test; ``tests/test_entry_points.py`` runs such
-        requests through both tiers.
+        The call then runs as made: no decision, row or mark. ``Tensor.to`` keeps the copy
+        rule (a tensor that stands for the device comes back as a copy). The entry-points
+        tier's factory and ``Tensor.to`` wrappers inline this test;
+        ``tests/test_entry_points.py`` runs such requests through both tiers.
         """
         return (
             self.default_device is None

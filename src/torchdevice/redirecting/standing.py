@@ -40,6 +40,7 @@ from torchdevice.redirecting.policy import Standing
 
 __all__ = [
     "HOST_CPU",
+    "MARK",
     "READ_CPU",
     "REMEMBERED",
     "device_object",
@@ -53,7 +54,7 @@ __all__ = [
 
 #: Attribute of a storage's Python object naming what its tensors stand for, when that is
 #: not what their real device is.
-_MARK: Final = "_torchdevice_stands_for"
+MARK: Final = "_torchdevice_stands_for"
 
 #: The C type, bound at import: the entry-points tier puts a stand-in at ``torch.device``.
 _DEVICE: Final = torch.device
@@ -124,7 +125,7 @@ def requested(request: object, parsed: Standing | None) -> Standing | None:
 def standing_of(tensor: torch.Tensor) -> Standing:
     """What ``tensor`` stands for: its storage's mark, else its real device."""
     try:
-        marked: Standing | None = getattr(tensor.untyped_storage(), _MARK, None)
+        marked: Standing | None = getattr(tensor.untyped_storage(), MARK, None)
     except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
         marked = None
     if marked is not None:
@@ -142,7 +143,7 @@ def mark_placed(tensor: torch.Tensor, stands_for: Standing | None) -> torch.Tens
     if stands_for is not None and tensor.is_cpu is (stands_for != "host"):
         # The mark: the storage's Python object (built here) and one attribute on it.
         try:  # noqa: SIM105 - building a contextlib.suppress costs more than the mark
-            setattr(tensor.untyped_storage(), _MARK, stands_for)
+            setattr(tensor.untyped_storage(), MARK, stands_for)
         except (RuntimeError, NotImplementedError):  # sparse, nested: no plain storage
             pass
     return tensor
