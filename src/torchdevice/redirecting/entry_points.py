@@ -266,10 +266,10 @@ def _factory_wrapper(original: Callable[..., Any], handler: Handler) -> Callable
                 _, kwargs["device"], wanted = rt.place(None, original)  # where they land
                 return mark_placed(original(*args, **kwargs), wanted)
         elif (  # Runtime.runs_as_made, inlined (dynamo takes the handler's path)
-            not is_tracing()
-            and type(request) is REAL_DEVICE
-            and rt.default_device is None
+            type(request) is REAL_DEVICE
             and request == HOST_CPU
+            and not is_tracing()
+            and rt.default_device is None
             and id(request) not in REMEMBERED
             and "pin_memory" not in kwargs
         ):
@@ -340,9 +340,9 @@ def _to_wrapper(original: Callable[..., Any], handler: Handler) -> Callable[...,
         kind_of = type(request)
         if (  # Runtime.runs_as_made, inlined: the call is torch's, the copy rule ours
             kind_of is REAL_DEVICE
+            and request == HOST_CPU
             and not is_tracing()  # dynamo takes the handler's path
             and rt.default_device is None
-            and request == HOST_CPU
             and id(request) not in REMEMBERED
         ):
             tensor = args[0]
