@@ -72,6 +72,7 @@ OWN_LIMIT = 1.01
 #: is relative: cheaper than the mode's redirected factory in the same run.
 ENTRY_LIMITS = {
     "training loop, eager": 1.03,
+    "training loop, compiled": 1.03,
     "HF generate": 1.03,
     "DataLoader": 1.03,
     "DDP step, 2 ranks": 1.05,
@@ -552,20 +553,30 @@ def ddp(quick: bool, rounds: int, device: str) -> list[Result]:
 
 
 def _training_children(
-    results: list[tuple[Result, str]], rounds: int, args: list[str], device: str
+    results: list[tuple[Result, str]],
+    rounds: int,
+    args: list[str],
+    device: str,
+    tiers: bool = False,
 ) -> list[Result]:
-    """Fresh ``_gpt.py`` children, alternately native and redirected (by the environment).
+    """Fresh ``_gpt.py`` children, alternately native and redirected (by the environment);
+    with ``tiers``, redirected by each tier in turn (the mode, then the entry-points tier),
+    the order rotated per round.
 
     Each ``(result, key)`` collects the children's ``report[key]``: ``peak_kb`` (in MiB),
     ``peak_gpu_mib``, or a rate (stored as seconds per unit).
     """
     landed = "cuda:0" if device == "cuda" else "cpu"  # where both sides' tensors must live
+    sides: list[tuple[str, dict[str, str] | None]] = [("native", None), ("mode", None)]
+    if tiers:
+        sides.append(("entry-points", ENTRY_ENV))
     for r in range(rounds):
-        order = [False, True] if r % 2 == 0 else [True, False]
-        for redirected in order:
+        shift = r % len(sides)
+        for side, extra in sides[shift:] + sides[:shift]:
+            redirected = side != "native"
             written_for = "cuda" if redirected else device
             command = [sys.executable, str(HERE / "_gpt.py"), "--device", written_for, *args]
-            report = json.loads(_child(command, redirected, 300).splitlines()[-1])
+            report = json.loads(_child(command, redirected, 300, extra).splitlines()[-1])
             if report["redirected"] != redirected or report["device"] != landed:
                 raise AssertionError(
                     f"training child: expected redirected={redirected} on {landed}: {report}"
@@ -574,7 +585,8 @@ def _training_children(
                 value = report[key]
                 value = value / 1024 if key == "peak_kb" else value
                 value = 1 / value if result.rate else value
-                (result.redirected if redirected else result.native).append(value)
+                by_side = {"native": result.native, "mode": result.redirected}
+                by_side.get(side, result.entry).append(value)
     return [result for result, _ in results]
 
 
@@ -592,7 +604,8 @@ def memory(quick: bool, rounds: int, device: str) -> list[Result]:
 
 
 def compiled_training(quick: bool, rounds: int, device: str) -> list[Result]:
-    """Steps/s of the compiled training loop, in fresh children (compile and warm-up untimed).
+    """Steps/s of the compiled training loop, in fresh children (compile and warm-up untimed):
+    native, the mode and the entry-points tier, in rotated order.
 
     Not alternated in one process: every ``torchdevice.enable()`` makes a new runtime, and a
     graph that traced a redirected factory (``torch.arange(..., device=idx.device)``) guards
@@ -600,7 +613,7 @@ def compiled_training(quick: bool, rounds: int, device: str) -> list[Result]:
     """
     result = Result("training loop, compiled", "steps/s", 1.02)
     args = ["--compiled", "--warmup", "3", "--steps", "20" if quick else "60"]
-    return _training_children([(result, "steps_per_s")], rounds, args, device)
+    return _training_children([(result, "steps_per_s")], rounds, args, device, tiers=True)
 
 
 WORKLOADS: dict[str, Callable[[bool, int | None, str], list[Result]]] = {
