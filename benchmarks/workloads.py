@@ -30,8 +30,8 @@ each against native in the same rounds.
   units (see ``alternate``). The ratio is the median of the per-round ratios (the blocks of
   a round ran within seconds of each other), with the 25th-75th percentiles.
 * The DDP step runs fresh processes, native, native under a do-nothing mode, mode and
-  entry-points tier in rotated order, and pairs them the same way; peak memory and the
-  compiled loop, native and mode.
+  entry-points tier in rotated order, and pairs them the same way; the compiled loop,
+  native, mode and entry-points tier in rotated order; peak memory, native and mode.
 """
 
 from __future__ import annotations
@@ -585,8 +585,12 @@ def _training_children(
                 value = report[key]
                 value = value / 1024 if key == "peak_kb" else value
                 value = 1 / value if result.rate else value
-                by_side = {"native": result.native, "mode": result.redirected}
-                by_side.get(side, result.entry).append(value)
+                samples = {
+                    "native": result.native,
+                    "mode": result.redirected,
+                    "entry-points": result.entry,
+                }[side]
+                samples.append(value)
     return [result for result, _ in results]
 
 
